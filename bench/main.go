@@ -1,0 +1,245 @@
+// Command bench measures what the outbox costs and how close it runs to the
+// database's own ceiling, on SQLite and, when their DSN variables are set, on
+// PostgreSQL (OUTBOX_POSTGRES_DSN) and MySQL/MariaDB (OUTBOX_MYSQL_DSN).
+//
+//	go run ./bench                       # every database configured, W1-W3
+//	go run ./bench -db postgres -w w2 -w2-events 1000000
+//	go run ./bench -json bench.json
+//
+// Workloads, each against a raw-SQL baseline measured in the same run:
+//
+//   - W1 live: -writers goroutines commit -w1-events business transactions,
+//     each inserting one business row and one ~200-byte JSON event through
+//     core.Writer, with a dispatcher and a poller running and a no-op
+//     listener. It reports events/s from the first commit until every row is
+//     DONE in the database, commit-to-listener latency (p50, p99, max) and
+//     duplicates. Baselines: the same writers inserting the business row
+//     only (the floor), and the business row plus a raw outbox INSERT.
+//   - W2 backlog: -w2-events pending rows are already in the table when a
+//     dispatcher and a poller start; it reports the drain rate every -every,
+//     events/s until every row is DONE, duplicates and the process's peak
+//     RSS. Baseline: one loop that claims -raw-batch rows with the store's
+//     claim statement and marks them DONE in one UPDATE.
+//   - W3: W1 and W2 with two dispatcher+poller instances, each on its own
+//     pool, on one table; compared with one instance of the same run.
+//
+// Every table a run creates has a unique name and is dropped at the end.
+// Benchmarks are never part of go test.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outbox/dispatch"
+	"github.com/outboxkit/outbox/poller"
+)
+
+// config is the command line.
+type config struct {
+	dbs, workloads string
+	w1Events       int
+	rounds         int
+	writers        int
+	w2Events       int
+	workers        int
+	hotQueue       int
+	coldQueue      int
+	pollBatch      int
+	pollInterval   time.Duration
+	doneBatch      int
+	doneLinger     time.Duration
+	rawBatch       int
+	conns          int
+	every          time.Duration
+	timeout        time.Duration
+	jsonOut        string
+	cpuProfile     string
+	fillfactor     int
+	vacuumEvery    time.Duration
+}
+
+// poolSize returns the connections of one instance's pool.
+func (c *config) poolSize(instances int) int {
+	if c.conns > 0 {
+		return c.conns
+	}
+	return (c.writers+instances-1)/instances + c.workers + 4
+}
+
+// applyDispatch sets the dispatcher options the flags control.
+func (c *config) applyDispatch(d *dispatch.Config) {
+	d.DoneBatchSize = c.doneBatch
+	d.DoneBatchLinger = c.doneLinger
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.dbs, "db", "sqlite,postgres,mysql", "databases, comma-separated (servers without their DSN variable are skipped)")
+	flag.StringVar(&c.workloads, "w", "w1,w2,w3", "workloads, comma-separated: w1, w2, w3")
+	flag.IntVar(&c.w1Events, "w1-events", 60000, "W1: business transactions (one event each)")
+	flag.IntVar(&c.rounds, "rounds", 3, "W1: alternate the raw baseline and the outbox runs in this many rounds")
+	flag.IntVar(&c.writers, "writers", 16, "W1: concurrent writers")
+	flag.IntVar(&c.w2Events, "w2-events", 100000, "W2: pending rows in the backlog (1000000 for the memory check)")
+	large := flag.Bool("large", false, "W2 with 1,000,000 pending rows (same as -w2-events 1000000)")
+	flag.IntVar(&c.workers, "workers", dispatch.DefaultWorkers, "dispatcher workers")
+	flag.IntVar(&c.hotQueue, "hot-queue", dispatch.DefaultHotQueueSize, "dispatcher hot queue size")
+	flag.IntVar(&c.coldQueue, "cold-queue", dispatch.DefaultColdQueueSize, "dispatcher cold queue size")
+	flag.IntVar(&c.pollBatch, "poll-batch", poller.DefaultBatchSize, "poller claim batch size")
+	flag.DurationVar(&c.pollInterval, "poll-interval", poller.DefaultInterval, "poller interval")
+	flag.IntVar(&c.doneBatch, "done-batch", dispatch.DefaultDoneBatchSize, "dispatcher DONE batch size (1 = one statement per event)")
+	flag.DurationVar(&c.doneLinger, "done-linger", dispatch.DefaultDoneBatchLinger, "dispatcher DONE batch linger")
+	flag.IntVar(&c.rawBatch, "raw-batch", 100, "W2 baseline: rows per claim")
+	flag.IntVar(&c.conns, "conns", 0, "connections per pool (default: writers per instance + workers + 4; SQLite always 1)")
+	flag.DurationVar(&c.every, "every", 5*time.Second, "W2: drain rate reporting interval")
+	flag.DurationVar(&c.timeout, "timeout", 5*time.Minute, "give up on a run after this long")
+	flag.StringVar(&c.jsonOut, "json", "", "also write the results as JSON to this file")
+	flag.IntVar(&c.fillfactor, "fillfactor", 0, "W2 on PostgreSQL: the outbox tables' fillfactor (0: the server default, 100)")
+	flag.DurationVar(&c.vacuumEvery, "vacuum-every", 0, "W2 on PostgreSQL: VACUUM the outbox table this often during a drain (0: never; autovacuum as configured)")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.Parse()
+	if *large {
+		c.w2Events = 1000000
+	}
+	if c.rounds < 1 || c.w1Events < c.rounds || c.writers < 1 || c.w2Events < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -rounds, -writers, -w1-events and -w2-events must be positive, and -w1-events at least -rounds")
+		os.Exit(2)
+	}
+	if err := run(&c); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// report is everything a run prints, as JSON.
+type report struct {
+	Machine machine  `json:"machine"`
+	Results []result `json:"results"`
+}
+
+type machine struct {
+	Cores      int        `json:"cores"`
+	GOMAXPROCS int        `json:"gomaxprocs"`
+	GoVersion  string     `json:"go_version"`
+	OS         string     `json:"os"`
+	LoadStart  string     `json:"load_avg_start"`
+	LoadEnd    string     `json:"load_avg_end"`
+	Started    time.Time  `json:"started"`
+	Seconds    float64    `json:"seconds"`
+	Databases  []database `json:"databases"`
+	Flags      string     `json:"flags"`
+}
+
+type database struct {
+	Name     string   `json:"name"`
+	Version  string   `json:"version"`
+	Settings []string `json:"settings"`
+}
+
+func run(c *config) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if c.cpuProfile != "" {
+		f, err := os.Create(c.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	tgs, err := targets(c.dbs)
+	if err != nil {
+		return err
+	}
+	for _, tg := range tgs {
+		if tg.cleanup != nil {
+			defer tg.cleanup()
+		}
+	}
+	wl := map[string]bool{}
+	for w := range strings.SplitSeq(c.workloads, ",") {
+		switch w = strings.TrimSpace(strings.ToLower(w)); w {
+		case "w1", "w2", "w3":
+			wl[w] = true
+		case "":
+		default:
+			return fmt.Errorf("unknown workload %q", w)
+		}
+	}
+	var flags []string
+	flag.VisitAll(func(f *flag.Flag) { flags = append(flags, "-"+f.Name+"="+f.Value.String()) })
+	rep := report{Machine: machine{
+		Cores: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
+		OS: runtime.GOOS + "/" + runtime.GOARCH, LoadStart: loadAvg(), Started: time.Now(),
+		Flags: strings.Join(flags, " "),
+	}}
+	fmt.Printf("outbox bench: %d cores (GOMAXPROCS %d), %s %s, load average %s\n",
+		rep.Machine.Cores, rep.Machine.GOMAXPROCS, rep.Machine.GoVersion, rep.Machine.OS, rep.Machine.LoadStart)
+	fmt.Printf("flags: %s\n", rep.Machine.Flags)
+	reachable := tgs[:0]
+	for _, tg := range tgs {
+		db, err := tg.open(2)
+		if err != nil {
+			return fmt.Errorf("%s: %w", tg.name, err)
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = db.PingContext(pctx)
+		cancel()
+		if err != nil {
+			// make bench passes the local servers' DSNs by default: a
+			// machine without them runs SQLite alone.
+			_ = db.Close()
+			fmt.Printf("note: %s server unreachable (%v); skipping it\n", tg.name, err)
+			continue
+		}
+		v, settings, err := tg.describe(ctx, db)
+		_ = db.Close()
+		if err != nil {
+			return fmt.Errorf("%s: describe: %w", tg.name, err)
+		}
+		rep.Machine.Databases = append(rep.Machine.Databases, database{tg.name, v, settings})
+		fmt.Printf("%-8s %s: %s\n", tg.name, v, strings.Join(settings, " "))
+		reachable = append(reachable, tg)
+	}
+	tgs = reachable
+	for _, tg := range tgs {
+		if wl["w1"] || wl["w3"] {
+			rs, err := runW1(ctx, c, tg, wl["w1"], wl["w3"])
+			if err != nil {
+				return fmt.Errorf("%s W1: %w", tg.name, err)
+			}
+			rep.Results = append(rep.Results, rs...)
+		}
+		if wl["w2"] || wl["w3"] {
+			rs, err := runW2(ctx, c, tg, wl["w2"], wl["w3"])
+			if err != nil {
+				return fmt.Errorf("%s W2: %w", tg.name, err)
+			}
+			rep.Results = append(rep.Results, rs...)
+		}
+	}
+	rep.Machine.LoadEnd = loadAvg()
+	rep.Machine.Seconds = time.Since(rep.Machine.Started).Seconds()
+	fmt.Printf("\ndone in %.0f s; load average at the end %s\n", rep.Machine.Seconds, rep.Machine.LoadEnd)
+	if c.jsonOut != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(c.jsonOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}

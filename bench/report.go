@@ -1,0 +1,124 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// result is one run of one workload on one database.
+type result struct {
+	DB       string  `json:"db"`
+	Workload string  `json:"workload"`
+	Run      string  `json:"run"`
+	Events   int     `json:"events"`
+	Seconds  float64 `json:"seconds"`
+	PerSec   float64 `json:"events_per_sec"`
+	// Ratio is PerSec over the PerSec of Baseline, measured in the same run.
+	Ratio    float64 `json:"ratio"`
+	Baseline string  `json:"baseline"`
+	// W1: commit-to-listener latency and the share of events the hot path
+	// delivered.
+	P50Ms  float64 `json:"p50_ms,omitempty"`
+	P99Ms  float64 `json:"p99_ms,omitempty"`
+	MaxMs  float64 `json:"max_ms,omitempty"`
+	HotPct float64 `json:"hot_pct,omitempty"`
+	// CPUSeconds is the CPU time the bench process (the outbox, the
+	// drivers and the workload's goroutines) used during the run; the rest
+	// of the two cores went to the database and other processes.
+	CPUSeconds float64 `json:"go_cpu_seconds"`
+	// Duplicates counts deliveries of an event already delivered.
+	Duplicates  int   `json:"duplicates"`
+	StoreErrors int64 `json:"store_errors"`
+	// W2: delivery rate per reporting interval, and the process's peak RSS
+	// during the drain and its growth over the RSS at the start of it.
+	Rates        []float64 `json:"rates_per_interval,omitempty"`
+	PeakRSSMiB   float64   `json:"peak_rss_mib,omitempty"`
+	RSSGrowthMiB float64   `json:"rss_growth_mib,omitempty"`
+	// Rounds is how many alternating rounds the run was split into, and
+	// RoundRates the events/s of each.
+	Rounds     int       `json:"rounds,omitempty"`
+	RoundRates []float64 `json:"round_rates,omitempty"`
+	// StoreStats summarises the claims and DONE writes of the run.
+	StoreStats string `json:"store_stats,omitempty"`
+}
+
+func thousands(v float64) string {
+	s := fmt.Sprintf("%.0f", v)
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func printW1(tg *target, c *config, rs []result) {
+	fmt.Printf("\nW1 live, %s: %d transactions (business row + one ~200 B event), %d writers, %d rounds; ratio to business + raw outbox INSERT\n",
+		tg.name, rs[len(rs)-1].Events, c.writers, c.rounds)
+	fmt.Printf("| %-28s | %9s | %5s | %-20s | %7s | %7s | %7s | %5s | %4s | %6s |\n", "run", "events/s", "ratio", "per round", "p50 ms", "p99 ms", "max ms", "hot %", "dups", "Go µs")
+	fmt.Printf("|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n", dashes(30), dashes(11), dashes(7), dashes(22), dashes(9), dashes(9), dashes(9), dashes(7), dashes(6), dashes(8))
+	for _, r := range rs {
+		rounds := kilos(r.RoundRates, 20)
+		if r.P99Ms == 0 && r.MaxMs == 0 {
+			fmt.Printf("| %-28s | %9s | %5.2f | %-20s | %7s | %7s | %7s | %5s | %4s | %6.0f |\n", r.Run, thousands(r.PerSec), r.Ratio, rounds, "", "", "", "", "", r.cpuPerEvent())
+			continue
+		}
+		fmt.Printf("| %-28s | %9s | %5.2f | %-20s | %7.3f | %7.3f | %7.1f | %5.1f | %4d | %6.0f |\n", r.Run, thousands(r.PerSec), r.Ratio,
+			rounds, r.P50Ms, r.P99Ms, r.MaxMs, r.HotPct, r.Duplicates, r.cpuPerEvent())
+	}
+	fmt.Println("  Go µs: CPU time of this process per event (outbox, drivers and workload); the database's is not counted.")
+	printStats(rs)
+}
+
+// kilos renders rates as "12.3k 11.9k", cut to width.
+func kilos(rates []float64, width int) string {
+	var parts []string
+	for _, v := range rates {
+		parts = append(parts, fmt.Sprintf("%.1fk", v/1000))
+	}
+	out := strings.Join(parts, " ")
+	if len(out) > width {
+		out = out[:width-3] + "..."
+	}
+	return out
+}
+
+func printW2(tg *target, c *config, rs []result) {
+	fmt.Printf("\nW2 backlog, %s: %d pending rows; ratio to the mean of the two raw claim-and-mark runs\n", tg.name, c.w2Events)
+	fmt.Printf("| %-30s | %9s | %5s | %-34s | %4s | %-17s | %5s |\n", "run", "events/s", "ratio", fmt.Sprintf("events/s per %s", c.every), "dups", "peak RSS (growth)", "Go µs")
+	fmt.Printf("|%s|%s|%s|%s|%s|%s|%s|\n", dashes(32), dashes(11), dashes(7), dashes(36), dashes(6), dashes(19), dashes(7))
+	for _, r := range rs {
+		series := kilos(r.Rates, 34)
+		rss := ""
+		if r.PeakRSSMiB > 0 {
+			rss = fmt.Sprintf("%.0f MiB (+%.0f)", r.PeakRSSMiB, r.RSSGrowthMiB)
+		}
+		dups := ""
+		if r.Workload == "W2" && r.PeakRSSMiB > 0 {
+			dups = fmt.Sprint(r.Duplicates)
+		}
+		fmt.Printf("| %-30s | %9s | %5.2f | %-34s | %4s | %-17s | %5.1f |\n", r.Run, thousands(r.PerSec), r.Ratio, series, dups, rss, r.cpuPerEvent())
+	}
+	for _, r := range rs {
+		if len(r.Rates) > 0 && len(kilos(r.Rates, 1<<20)) > 34 {
+			fmt.Printf("  %s, events/s per %s: %s\n", r.Run, c.every, kilos(r.Rates, 1<<20))
+		}
+	}
+	printStats(rs)
+}
+
+// printStats prints the store-call summary of each run that has one.
+func printStats(rs []result) {
+	for _, r := range rs {
+		if r.StoreStats != "" {
+			fmt.Printf("  %s: %s\n", r.Run, r.StoreStats)
+		}
+	}
+}
+
+// cpuPerEvent returns the bench process's CPU microseconds per event.
+func (r result) cpuPerEvent() float64 { return r.CPUSeconds * 1e6 / float64(max(r.Events, 1)) }
+
+func dashes(n int) string { return strings.Repeat("-", n) }

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// opStats collects the durations and sizes of one kind of store call.
+type opStats struct {
+	mu    sync.Mutex
+	durs  []time.Duration
+	rows  int
+	fails int
+}
+
+func (s *opStats) add(d time.Duration, rows int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.durs = append(s.durs, d)
+	s.rows += rows
+	if err != nil {
+		s.fails++
+	}
+}
+
+func (s *opStats) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.durs) == 0 {
+		return "none"
+	}
+	d := slices.Clone(s.durs)
+	slices.Sort(d)
+	out := fmt.Sprintf("%d calls, %.1f rows/call, p50 %.2f ms, p99 %.2f ms", len(d), float64(s.rows)/float64(len(d)),
+		ms(percentile(d, 0.5)), ms(percentile(d, 0.99)))
+	if s.fails > 0 {
+		out += fmt.Sprintf(", %d failed", s.fails)
+	}
+	return out
+}
+
+// callStats is what the timed stores of one kind of run collect, over all
+// its rounds.
+type callStats struct{ claims, done, marks opStats }
+
+func (cs *callStats) String() string {
+	out := "claims: " + cs.claims.String() + "; DONE batches: " + cs.done.String()
+	cs.marks.mu.Lock()
+	single := len(cs.marks.durs) > 0
+	cs.marks.mu.Unlock()
+	if single {
+		out += "; single MarkDone: " + cs.marks.String()
+	}
+	return out
+}
+
+// timedStore is the store under test with its claims and DONE writes timed,
+// so that a run can say where its time went.
+type timedStore struct {
+	benchStore
+	bm                  core.BatchMarker
+	claims, done, marks *opStats
+}
+
+func newTimedStore(st benchStore, cs *callStats) benchStore {
+	ts := &timedStore{benchStore: st, claims: &cs.claims, done: &cs.done, marks: &cs.marks}
+	if bm, ok := st.(core.BatchMarker); ok {
+		ts.bm = bm
+		return &timedBatchStore{ts}
+	}
+	return ts
+}
+
+func (s *timedStore) Claim(ctx context.Context, db core.DBTX, p core.ClaimParams) ([]core.Event, []core.RowError, error) {
+	t := time.Now()
+	evs, bad, err := s.benchStore.Claim(ctx, db, p)
+	s.claims.add(time.Since(t), len(evs)+len(bad), err)
+	return evs, bad, err
+}
+
+func (s *timedStore) MarkDone(ctx context.Context, db core.DBTX, owner, id string, now time.Time) (bool, error) {
+	t := time.Now()
+	ok, err := s.benchStore.MarkDone(ctx, db, owner, id, now)
+	s.marks.add(time.Since(t), 1, err)
+	return ok, err
+}
+
+// timedBatchStore adds the timed batch capability to a timedStore.
+type timedBatchStore struct{ *timedStore }
+
+func (s *timedBatchStore) MarkDoneBatch(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, error) {
+	t := time.Now()
+	n, err := s.bm.MarkDoneBatch(ctx, db, owner, ids, now)
+	s.done.add(time.Since(t), len(ids), err)
+	return n, err
+}

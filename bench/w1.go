@@ -1,0 +1,330 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/txctx"
+)
+
+// bizDDL returns the CREATE TABLE of the business table.
+func (tg *target) bizDDL(name string) string {
+	switch tg.name {
+	case "postgres":
+		return "CREATE TABLE " + name + " (id VARCHAR(36) PRIMARY KEY, customer VARCHAR(64) NOT NULL, amount BIGINT NOT NULL, created_at TIMESTAMPTZ NOT NULL)"
+	case "mysql":
+		return "CREATE TABLE " + name + " (id VARCHAR(36) PRIMARY KEY, customer VARCHAR(64) NOT NULL, amount BIGINT NOT NULL, created_at DATETIME(6) NOT NULL) ENGINE = InnoDB"
+	}
+	return "CREATE TABLE " + name + " (id TEXT PRIMARY KEY, customer TEXT NOT NULL, amount INTEGER NOT NULL, created_at TEXT NOT NULL)"
+}
+
+// bizTable creates a fresh business table and returns its name and a drop
+// function.
+func bizTable(ctx context.Context, tg *target, db *sql.DB) (string, func(), error) {
+	name := uniqueName("biz")
+	if _, err := db.ExecContext(ctx, tg.bizDDL(name)); err != nil {
+		return "", nil, fmt.Errorf("create business table: %w", err)
+	}
+	return name, func() {
+		c, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		_, _ = db.ExecContext(c, "DROP TABLE IF EXISTS "+name)
+	}, nil
+}
+
+// w1Data is the input of every W1 run: one event id and payload per
+// transaction.
+type w1Data struct {
+	ids      []string
+	payloads [][]byte
+}
+
+func newW1Data(n int) *w1Data {
+	d := &w1Data{ids: make([]string, n), payloads: make([][]byte, n)}
+	for i := range n {
+		d.ids[i] = core.NewEventID()
+		d.payloads[i] = payload(i)
+	}
+	return d
+}
+
+// writeAll runs writers goroutines that take transaction numbers in turn
+// until n are done, and returns the elapsed time.
+func writeAll(ctx context.Context, n, writers int, write func(w, i int) error) (time.Duration, error) {
+	var (
+		next  atomic.Int64
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	start := time.Now()
+	for w := range writers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := write(w, i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = fmt.Errorf("transaction %d: %w", i, err)
+					}
+					mu.Unlock()
+					next.Store(int64(n))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return time.Since(start), first
+}
+
+// w1Baseline runs the writers without the outbox library: the business row
+// alone, or with a raw single-row outbox INSERT into a table of the store's
+// schema.
+func w1Baseline(ctx context.Context, c *config, tg *target, data *w1Data, withOutbox bool) (result, error) {
+	db, err := tg.open(c.poolSize(1))
+	if err != nil {
+		return result{}, err
+	}
+	defer db.Close()
+	biz, dropBiz, err := bizTable(ctx, tg, db)
+	if err != nil {
+		return result{}, err
+	}
+	defer dropBiz()
+	bizInsert := tg.rebind("INSERT INTO " + biz + " (id, customer, amount, created_at) VALUES (?, ?, ?, ?)")
+	var outboxInsert string
+	if withOutbox {
+		t, err := newTable(ctx, tg, db, "raw")
+		if err != nil {
+			return result{}, err
+		}
+		defer t.drop(ctx)
+		outboxInsert = tg.rebind("INSERT INTO " + t.st.Table() + " (event_id, event_type, aggregate_type, aggregate_id, " +
+			"payload, status, attempts, available_at, created_at) VALUES (?, ?, ?, ?, ?, 0, 0, ?, ?)")
+	}
+	cpu0 := cpuTime()
+	elapsed, err := writeAll(ctx, len(data.ids), c.writers, func(_, i int) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		now := tg.encodeTime(time.Now())
+		orderID := fmt.Sprintf("o-%09d", i)
+		if _, err := tx.ExecContext(ctx, bizInsert, orderID, fmt.Sprintf("c-%05d", i%50000), 4200+i%1000, now); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		if withOutbox {
+			if _, err := tx.ExecContext(ctx, outboxInsert, data.ids[i], orderPlaced.Name(), orderAgg.Name(), orderID,
+				data.payloads[i], now, now); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+		}
+		return tx.Commit()
+	})
+	if err != nil {
+		return result{}, err
+	}
+	run := "business row only (floor)"
+	if withOutbox {
+		run = "business + raw outbox INSERT"
+	}
+	return result{Run: run, Events: len(data.ids), Seconds: elapsed.Seconds(),
+		PerSec: float64(len(data.ids)) / elapsed.Seconds(), CPUSeconds: (cpuTime() - cpu0).Seconds()}, nil
+}
+
+// w1Outbox runs the writers through core.Writer with instances
+// dispatcher+poller instances delivering; writer w uses instance w % instances.
+// It returns the run's result and its commit-to-listener latencies.
+func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instances int, cs *callStats) (result, []time.Duration, error) {
+	admin, err := tg.open(2)
+	if err != nil {
+		return result{}, nil, err
+	}
+	defer admin.Close()
+	biz, dropBiz, err := bizTable(ctx, tg, admin)
+	if err != nil {
+		return result{}, nil, err
+	}
+	defer dropBiz()
+	t, err := newTable(ctx, tg, admin, "w1")
+	if err != nil {
+		return result{}, nil, err
+	}
+	defer t.drop(ctx)
+	bizInsert := tg.rebind("INSERT INTO " + biz + " (id, customer, amount, created_at) VALUES (?, ?, ?, ?)")
+
+	rec := newRecorder(data.ids)
+	rec.reset()
+	st := newTimedStore(t.st, cs)
+	var ins []*instance
+	defer func() {
+		for _, in := range ins {
+			_ = in.close(ctx)
+			_ = in.db.Close()
+		}
+	}()
+	for range instances {
+		db, err := tg.open(c.poolSize(instances))
+		if err != nil {
+			return result{}, nil, err
+		}
+		in, err := startInstance(ctx, c, st, db, rec)
+		if err != nil {
+			_ = db.Close()
+			return result{}, nil, err
+		}
+		ins = append(ins, in)
+	}
+	start, cpu0 := time.Now(), cpuTime()
+	_, err = writeAll(ctx, len(data.ids), c.writers, func(w, i int) error {
+		in := ins[w%len(ins)]
+		orderID := fmt.Sprintf("o-%09d", i)
+		env, err := core.NewEnvelope(core.EnvelopeSpec{ID: data.ids[i], Type: orderPlaced, AggregateType: orderAgg,
+			AggregateID: orderID, JSON: data.payloads[i]})
+		if err != nil {
+			return err
+		}
+		return in.txm.Do(ctx, func(ctx context.Context) error {
+			tx, ok := txctx.From(ctx)
+			if !ok {
+				return errors.New("no transaction in context")
+			}
+			if _, err := tx.ExecContext(ctx, bizInsert, orderID, fmt.Sprintf("c-%05d", i%50000), 4200+i%1000,
+				tg.encodeTime(time.Now())); err != nil {
+				return err
+			}
+			// Registered before the writer's hook, so it runs first: the
+			// commit time is taken before the hot path sees the event.
+			tx.AfterCommit(func(context.Context) { rec.commit(i) })
+			_, err := in.w.Write(ctx, env)
+			return err
+		})
+	})
+	if err != nil {
+		return result{}, nil, err
+	}
+	doneAt, err := t.waitDone(ctx, rec, c.timeout)
+	if err != nil {
+		return result{}, nil, err
+	}
+	elapsed, cpu := doneAt.Sub(start), cpuTime()-cpu0
+	var hot, storeErrors int64
+	for _, in := range ins {
+		hot += in.m.hot.Load()
+		storeErrors += in.m.storeErrors.Load()
+	}
+	n := len(data.ids)
+	return result{
+		Events: n, Seconds: elapsed.Seconds(), PerSec: float64(n) / elapsed.Seconds(),
+		Duplicates: rec.duplicates(), HotPct: 100 * float64(hot) / float64(n), StoreErrors: storeErrors,
+		CPUSeconds: cpu.Seconds(),
+	}, rec.latencies(), nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// merge sums the rounds of one run into one result.
+func merge(run string, rounds []result, lat []time.Duration) result {
+	r := result{Run: run, Rounds: len(rounds)}
+	var hot float64
+	for _, x := range rounds {
+		r.Events += x.Events
+		r.Seconds += x.Seconds
+		r.Duplicates += x.Duplicates
+		r.StoreErrors += x.StoreErrors
+		r.CPUSeconds += x.CPUSeconds
+		hot += x.HotPct * float64(x.Events) / 100
+		r.RoundRates = append(r.RoundRates, x.PerSec)
+	}
+	r.PerSec = float64(r.Events) / r.Seconds
+	if lat != nil {
+		slices.Sort(lat)
+		r.P50Ms, r.P99Ms, r.MaxMs = ms(percentile(lat, 0.50)), ms(percentile(lat, 0.99)), ms(percentile(lat, 1))
+		r.HotPct = 100 * hot / float64(r.Events)
+	}
+	return r
+}
+
+// runW1 runs the floor once, then -rounds rounds of: the raw outbox INSERT
+// baseline, one instance and (with w3) two instances, each over
+// -w1-events/-rounds transactions. Alternating them spreads the load other
+// processes put on the machine over all of them; each figure is the total
+// over its rounds. It prints their table.
+func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, error) {
+	per := c.w1Events / c.rounds
+	data := newW1Data(per)
+	fmt.Printf("\n[%s] W1 live: %d transactions in %d rounds, %d writers\n", tg.name, per*c.rounds, c.rounds, c.writers)
+	floor, err := w1Baseline(ctx, c, tg, data, false)
+	if err != nil {
+		return nil, fmt.Errorf("business only: %w", err)
+	}
+	type kind struct {
+		name      string
+		instances int // 0: the raw baseline
+		rounds    []result
+		lat       []time.Duration
+		stats     callStats
+	}
+	kinds := []*kind{{name: "business + raw outbox INSERT"}}
+	if w1 || w3 {
+		kinds = append(kinds, &kind{name: "outbox, 1 instance", instances: 1})
+	}
+	if w3 {
+		kinds = append(kinds, &kind{name: "outbox, 2 instances (W3)", instances: 2})
+	}
+	for round := range c.rounds {
+		for _, k := range kinds {
+			fmt.Printf("    round %d: %s ...\n", round+1, k.name)
+			var r result
+			var lat []time.Duration
+			if k.instances == 0 {
+				r, err = w1Baseline(ctx, c, tg, data, true)
+			} else {
+				r, lat, err = w1Outbox(ctx, c, tg, data, k.instances, &k.stats)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", k.name, err)
+			}
+			k.rounds = append(k.rounds, r)
+			k.lat = append(k.lat, lat...)
+		}
+	}
+	floor.Run = "business row only (floor)"
+	floor.Rounds, floor.RoundRates = 1, []float64{floor.PerSec}
+	rs := []result{floor}
+	for _, k := range kinds {
+		var lat []time.Duration
+		if k.instances > 0 {
+			lat = k.lat
+		}
+		r := merge(k.name, k.rounds, lat)
+		if k.instances > 0 {
+			r.StoreStats = k.stats.String()
+		}
+		rs = append(rs, r)
+	}
+	base := rs[1].PerSec
+	for i := range rs {
+		rs[i].DB, rs[i].Workload = tg.name, "W1"
+		rs[i].Baseline = rs[1].Run
+		rs[i].Ratio = rs[i].PerSec / base
+	}
+	printW1(tg, c, rs)
+	return rs, nil
+}

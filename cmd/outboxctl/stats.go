@@ -1,0 +1,33 @@
+package main
+
+import (
+	"context"
+	"time"
+)
+
+// stats is what "stats" reports.
+type stats struct {
+	Table         string     `json:"table"`
+	Pending       int64      `json:"pending"`
+	Retrying      int64      `json:"retrying"`
+	Leased        int64      `json:"leased"`
+	Dead          int64      `json:"dead"`
+	Done          int64      `json:"done"`
+	OldestPending *time.Time `json:"oldest_pending_created_at"`
+	OldestAge     *float64   `json:"oldest_pending_age_seconds"`
+}
+
+// readStats asks the store for its counts (core.Inspector).
+func readStats(ctx context.Context, s *session, now time.Time) (stats, error) {
+	st, err := s.store.Stats(ctx, s.db)
+	if err != nil {
+		return stats{}, err
+	}
+	out := stats{Table: s.store.Table(), Pending: st.New, Retrying: st.Retry, Leased: st.Leased, Dead: st.Dead, Done: st.Done}
+	if !st.OldestPending.IsZero() {
+		oldest := st.OldestPending
+		age := max(now.Sub(oldest), 0).Seconds()
+		out.OldestPending, out.OldestAge = &oldest, &age
+	}
+	return out, nil
+}

@@ -1,0 +1,26 @@
+package core
+
+import (
+	"context"
+	"time"
+)
+
+// BatchMarker is an optional capability of a Store: recording many
+// deliveries in one statement. The dispatcher detects it by type assertion
+// and, when the store has it, writes the DONE outcomes of its workers in
+// batches instead of one statement (and one commit) per event, so that
+// marking events done does not double the write load of the database.
+//
+// It is a separate interface, not a method of Store, so that stores (and
+// test fakes) without it keep working: the dispatcher then calls MarkDone
+// per event.
+type BatchMarker interface {
+	// MarkDoneBatch records the delivery of ids, all leased by owner, with
+	// done_at = now, and returns how many rows it changed. It is fenced as
+	// MarkDone is: a row no longer leased by owner, or already terminal, is
+	// left alone and not counted; an unknown id is skipped. Duplicate ids
+	// count once. A store error leaves the rows as they were when the
+	// statement failed (a store may split a long list into several
+	// statements; those that succeeded stay applied).
+	MarkDoneBatch(ctx context.Context, db DBTX, owner string, ids []string, now time.Time) (int64, error)
+}

@@ -1,0 +1,77 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// Listener handles the events of one (aggregate type, event type). Returning
+// nil marks the event DONE; an error schedules a retry (see RetryAfter) or, with
+// Permanent, marks it DEAD. A panic counts as an error. Delivery is
+// at-least-once: a listener must tolerate seeing the same event ID twice.
+type Listener interface {
+	Handle(ctx context.Context, ev Event) error
+}
+
+// ListenerFunc adapts a function to Listener.
+type ListenerFunc func(ctx context.Context, ev Event) error
+
+// Handle calls f.
+func (f ListenerFunc) Handle(ctx context.Context, ev Event) error { return f(ctx, ev) }
+
+type routeKey struct{ aggregate, event string }
+
+// Registry routes events to their listener: exactly one per
+// (aggregate type, event type). The zero value is empty and ready; it is safe
+// for concurrent use.
+type Registry struct {
+	mu     sync.RWMutex
+	routes map[routeKey]Listener
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{} }
+
+// Register adds the listener for (aggregate, event). A nil aggregate means
+// Global. It returns an error matching ErrDuplicateListener if the pair already
+// has one, or ErrInvalid for an empty name or a nil listener.
+func (r *Registry) Register(aggregate AggregateType, event EventType, l Listener) error {
+	aggName := GlobalAggregateName
+	if aggregate != nil && aggregate.Name() != "" {
+		aggName = aggregate.Name()
+	}
+	if event == nil || event.Name() == "" {
+		return invalid("event type", "is empty")
+	}
+	if l == nil {
+		return invalid("listener", "is nil")
+	}
+	key := routeKey{aggName, event.Name()}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.routes[key]; dup {
+		return fmt.Errorf("register (%s, %s): %w", key.aggregate, key.event, ErrDuplicateListener)
+	}
+	if r.routes == nil {
+		r.routes = make(map[routeKey]Listener)
+	}
+	r.routes[key] = l
+	return nil
+}
+
+// RegisterFunc is Register for a function.
+func (r *Registry) RegisterFunc(aggregate AggregateType, event EventType, f func(context.Context, Event) error) error {
+	if f == nil {
+		return invalid("listener", "is nil")
+	}
+	return r.Register(aggregate, event, ListenerFunc(f))
+}
+
+// Lookup returns the listener for (aggregateType, eventType), or false.
+func (r *Registry) Lookup(aggregateType, eventType string) (Listener, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	l, ok := r.routes[routeKey{aggregateType, eventType}]
+	return l, ok
+}

@@ -1,0 +1,59 @@
+package core_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+func TestRegistry(t *testing.T) {
+	var r core.Registry
+	noop := func(context.Context, core.Event) error { return nil }
+	if err := r.RegisterFunc(core.AggregateName("Order"), orderPlaced, noop); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RegisterFunc(nil, orderPlaced, noop); err != nil {
+		t.Fatalf("same event type under Global: %v", err)
+	}
+	if err := r.RegisterFunc(core.AggregateName("Order"), orderPlaced, noop); !errors.Is(err, core.ErrDuplicateListener) {
+		t.Fatalf("duplicate: %v", err)
+	}
+	if err := r.RegisterFunc(core.Global, orderPlaced, noop); !errors.Is(err, core.ErrDuplicateListener) {
+		t.Fatalf("duplicate under explicit Global: %v", err)
+	}
+	if err := r.Register(nil, core.EventName(""), core.ListenerFunc(noop)); !errors.Is(err, core.ErrInvalid) {
+		t.Fatalf("empty type: %v", err)
+	}
+	if err := r.Register(nil, orderPlaced, nil); !errors.Is(err, core.ErrInvalid) {
+		t.Fatalf("nil listener: %v", err)
+	}
+	if _, ok := r.Lookup("Order", "OrderPlaced"); !ok {
+		t.Error("Order/OrderPlaced not found")
+	}
+	if _, ok := r.Lookup(core.GlobalAggregateName, "OrderPlaced"); !ok {
+		t.Error("Global/OrderPlaced not found")
+	}
+	if _, ok := r.Lookup("User", "OrderPlaced"); ok {
+		t.Error("User/OrderPlaced found")
+	}
+}
+
+func TestRegistryConcurrentUse(t *testing.T) {
+	r := core.NewRegistry()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			_ = r.RegisterFunc(core.AggregateName(string(rune('A'+i))), orderPlaced, func(context.Context, core.Event) error { return nil })
+			r.Lookup("A", "OrderPlaced")
+		})
+	}
+	wg.Wait()
+	for i := range 8 {
+		if _, ok := r.Lookup(string(rune('A'+i)), "OrderPlaced"); !ok {
+			t.Errorf("listener %d missing", i)
+		}
+	}
+}

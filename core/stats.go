@@ -1,0 +1,29 @@
+package core
+
+import (
+	"context"
+	"time"
+)
+
+// Stats is a snapshot of an outbox table by delivery state.
+type Stats struct {
+	New    int64 // NEW rows (leased or not)
+	Retry  int64 // RETRY rows (waiting or due)
+	Leased int64 // NEW or RETRY rows currently leased: queued or in flight
+	Dead   int64
+	Done   int64
+	// OldestPending is the created_at of the oldest NEW or RETRY row; zero
+	// when nothing is pending.
+	OldestPending time.Time
+}
+
+// Inspector is implemented by stores that can describe their table for
+// operations tooling: the Prometheus sampler and outboxctl. All SQL stores of
+// this module implement it; detect it by type assertion.
+type Inspector interface {
+	// Stats counts the rows by state and finds the oldest pending one.
+	Stats(ctx context.Context, db DBTX) (Stats, error)
+	// CountPurgeable counts the DONE and DEAD rows a Purge with p would
+	// delete, ignoring p.Limit.
+	CountPurgeable(ctx context.Context, db DBTX, p PurgeParams) (done, dead int64, err error)
+}

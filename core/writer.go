@@ -1,0 +1,223 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// WriterHook observes and shapes what a Writer writes (spec section 7.2). The
+// lifecycle of one WriteAll is: BeforeWrite (may transform or suppress), the
+// INSERT, AfterWrite, then AfterCommit or AfterRollback once the transaction
+// ends. Errors and panics from AfterWrite, AfterCommit and AfterRollback are
+// logged and never reach the caller.
+type WriterHook interface {
+	// BeforeWrite may return a different list; an empty list suppresses the
+	// write. An error aborts the write and is returned to the caller.
+	BeforeWrite(ctx context.Context, envs []Envelope) ([]Envelope, error)
+	AfterWrite(ctx context.Context, envs []Envelope) error
+	AfterCommit(ctx context.Context, envs []Envelope) error
+	AfterRollback(ctx context.Context, envs []Envelope) error
+}
+
+// LeasingHook is a WriterHook that delivers events in this process after
+// commit (the dispatcher's hot path). The Writer inserts its events already
+// leased by LeaseOwner, so that other instances' pollers leave them alone; the
+// hook releases the lease of any event it cannot take.
+type LeasingHook interface {
+	WriterHook
+	LeaseOwner() string
+}
+
+// HookFuncs builds a WriterHook from optional functions.
+type HookFuncs struct {
+	BeforeWriteFunc   func(ctx context.Context, envs []Envelope) ([]Envelope, error)
+	AfterWriteFunc    func(ctx context.Context, envs []Envelope) error
+	AfterCommitFunc   func(ctx context.Context, envs []Envelope) error
+	AfterRollbackFunc func(ctx context.Context, envs []Envelope) error
+}
+
+// BeforeWrite calls BeforeWriteFunc, or returns envs unchanged.
+func (h HookFuncs) BeforeWrite(ctx context.Context, envs []Envelope) ([]Envelope, error) {
+	if h.BeforeWriteFunc == nil {
+		return envs, nil
+	}
+	return h.BeforeWriteFunc(ctx, envs)
+}
+
+// AfterWrite calls AfterWriteFunc if set.
+func (h HookFuncs) AfterWrite(ctx context.Context, envs []Envelope) error {
+	return callIf(h.AfterWriteFunc, ctx, envs)
+}
+
+// AfterCommit calls AfterCommitFunc if set.
+func (h HookFuncs) AfterCommit(ctx context.Context, envs []Envelope) error {
+	return callIf(h.AfterCommitFunc, ctx, envs)
+}
+
+// AfterRollback calls AfterRollbackFunc if set.
+func (h HookFuncs) AfterRollback(ctx context.Context, envs []Envelope) error {
+	return callIf(h.AfterRollbackFunc, ctx, envs)
+}
+
+func callIf(f func(context.Context, []Envelope) error, ctx context.Context, envs []Envelope) error {
+	if f == nil {
+		return nil
+	}
+	return f(ctx, envs)
+}
+
+// WriterConfig configures a Writer.
+type WriterConfig struct {
+	// Store inserts the rows. Required.
+	Store Store
+	// Hook observes writes; the dispatcher's hook feeds its hot queue.
+	// Default: none (the poller or CDC delivers).
+	Hook WriterHook
+	// Logger receives hook failures. Default: the zero (silent) logger.
+	Logger zerolog.Logger
+	// Now returns the current time. Default: time.Now.
+	Now func() time.Time
+}
+
+// Writer inserts envelopes into the outbox table inside the caller's
+// transaction. It is safe for concurrent use.
+type Writer struct {
+	store Store
+	hook  WriterHook
+	owner string
+	log   zerolog.Logger
+	now   func() time.Time
+}
+
+// NewWriter validates cfg and returns a Writer.
+func NewWriter(cfg WriterConfig) (*Writer, error) {
+	if cfg.Store == nil {
+		return nil, invalid("writer config", "Store is nil")
+	}
+	w := &Writer{store: cfg.Store, hook: cfg.Hook, log: cfg.Logger, now: cfg.Now}
+	if w.now == nil {
+		w.now = time.Now
+	}
+	if lh, ok := cfg.Hook.(LeasingHook); ok {
+		w.owner = lh.LeaseOwner()
+	}
+	return w, nil
+}
+
+// Write writes one envelope in the transaction ctx carries (see package txctx)
+// and returns its event id, or "" if the hook suppressed it. Without a
+// transaction in ctx it returns ErrNoTransaction and writes nothing.
+func (w *Writer) Write(ctx context.Context, env Envelope) (string, error) {
+	ids, err := w.WriteAll(ctx, []Envelope{env})
+	if err != nil || len(ids) == 0 {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+// WriteAll writes envs in the transaction ctx carries and returns their event
+// ids (empty when the hook suppressed them). Without a transaction in ctx it
+// returns ErrNoTransaction and writes nothing.
+func (w *Writer) WriteAll(ctx context.Context, envs []Envelope) ([]string, error) {
+	tx, ok := TxFromContext(ctx)
+	if !ok {
+		return nil, ErrNoTransaction
+	}
+	return w.write(ctx, tx, envs)
+}
+
+// WriteTx writes one envelope in the explicit transaction tx. See WriteAllTx.
+func (w *Writer) WriteTx(ctx context.Context, tx DBTX, env Envelope) (string, error) {
+	ids, err := w.WriteAllTx(ctx, tx, []Envelope{env})
+	if err != nil || len(ids) == 0 {
+		return "", err
+	}
+	return ids[0], nil
+}
+
+// WriteAllTx writes envs in the explicit transaction tx (a *sql.Tx, *sqlx.Tx or
+// a core.Tx). A pool or connection is refused with ErrNoTransaction, because
+// the events would commit on their own. After-commit hooks run only when tx
+// is a core.Tx (see package txctx); with a plain *sql.Tx the events are left
+// for the poller.
+func (w *Writer) WriteAllTx(ctx context.Context, tx DBTX, envs []Envelope) ([]string, error) {
+	if tx == nil {
+		return nil, ErrNoTransaction
+	}
+	if _, isPool := tx.(TxBeginner); isPool {
+		return nil, fmt.Errorf("%w: got a connection pool or connection, not a transaction", ErrNoTransaction)
+	}
+	return w.write(ctx, tx, envs)
+}
+
+func (w *Writer) write(ctx context.Context, db DBTX, envs []Envelope) ([]string, error) {
+	if w.hook != nil {
+		var err error
+		envs, err = w.beforeWrite(ctx, envs)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(envs) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(envs))
+	seen := make(map[string]struct{}, len(envs))
+	for i, env := range envs {
+		if err := env.Validate(); err != nil {
+			return nil, fmt.Errorf("write event %d: %w", i, err)
+		}
+		if _, dup := seen[env.id]; dup {
+			return nil, fmt.Errorf("write event %d: %w: %s appears twice in one write", i, ErrDuplicateEvent, env.id)
+		}
+		seen[env.id] = struct{}{}
+		ids[i] = env.id
+	}
+	tx, hasCallbacks := db.(Tx)
+	var opts InsertOptions
+	if w.owner != "" && hasCallbacks {
+		opts = InsertOptions{LeaseOwner: w.owner, LeaseAt: w.now()}
+	}
+	if err := w.store.Insert(ctx, db, envs, opts); err != nil {
+		return nil, fmt.Errorf("write events: %w", err)
+	}
+	if w.hook == nil {
+		return ids, nil
+	}
+	w.safely(ctx, "AfterWrite", envs, w.hook.AfterWrite)
+	if hasCallbacks {
+		tx.AfterCommit(func(ctx context.Context) { w.safely(ctx, "AfterCommit", envs, w.hook.AfterCommit) })
+		tx.AfterRollback(func(ctx context.Context) { w.safely(ctx, "AfterRollback", envs, w.hook.AfterRollback) })
+	}
+	return ids, nil
+}
+
+func (w *Writer) beforeWrite(ctx context.Context, envs []Envelope) (out []Envelope, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("writer hook BeforeWrite panicked: %v", r)
+		}
+	}()
+	out, err = w.hook.BeforeWrite(ctx, envs)
+	if err != nil {
+		return nil, fmt.Errorf("writer hook BeforeWrite: %w", err)
+	}
+	return out, nil
+}
+
+// safely runs a hook stage, logging its error or panic instead of returning it.
+func (w *Writer) safely(ctx context.Context, stage string, envs []Envelope, fn func(context.Context, []Envelope) error) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.log.Error().Str("stage", stage).Int("events", len(envs)).
+				Err(errors.New(fmt.Sprint(r))).Msg("outbox writer hook panicked")
+		}
+	}()
+	if err := fn(ctx, envs); err != nil {
+		w.log.Error().Str("stage", stage).Int("events", len(envs)).Err(err).Msg("outbox writer hook failed")
+	}
+}

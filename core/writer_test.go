@@ -1,0 +1,294 @@
+package core_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testdb"
+	"github.com/outboxkit/outbox/txctx"
+)
+
+// recorder is a WriterHook that records its calls.
+type recorder struct {
+	mu     sync.Mutex
+	calls  []string
+	before func([]core.Envelope) ([]core.Envelope, error)
+	owner  string
+}
+
+func (r *recorder) log(stage string, envs []core.Envelope) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := make([]string, len(envs))
+	for i, e := range envs {
+		ids[i] = e.ID()
+	}
+	r.calls = append(r.calls, stage+":"+strings.Join(ids, ","))
+}
+
+func (r *recorder) BeforeWrite(_ context.Context, envs []core.Envelope) ([]core.Envelope, error) {
+	r.log("before", envs)
+	if r.before != nil {
+		return r.before(envs)
+	}
+	return envs, nil
+}
+func (r *recorder) AfterWrite(_ context.Context, envs []core.Envelope) error {
+	r.log("write", envs)
+	return errors.New("after-write failure is only logged")
+}
+func (r *recorder) AfterCommit(_ context.Context, envs []core.Envelope) error {
+	r.log("commit", envs)
+	panic("after-commit panic is only logged")
+}
+func (r *recorder) AfterRollback(_ context.Context, envs []core.Envelope) error {
+	r.log("rollback", envs)
+	return nil
+}
+
+func (r *recorder) got() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+type leasing struct{ *recorder }
+
+func (l leasing) LeaseOwner() string { return l.owner }
+
+func mustEnv(t *testing.T, id string) core.Envelope {
+	t.Helper()
+	e, err := core.NewEnvelope(core.EnvelopeSpec{ID: id, Type: orderPlaced, JSON: []byte(`{"id":"` + id + `"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func rowCount(t *testing.T, tg testdb.Target) int {
+	t.Helper()
+	var n int
+	if err := tg.DB.QueryRow("SELECT COUNT(*) FROM " + tg.Table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func setup(t *testing.T, hook core.WriterHook) (testdb.Target, *core.Writer, *txctx.Manager) {
+	t.Helper()
+	tg := testdb.SQLite(t)
+	var buf strings.Builder
+	w, err := core.NewWriter(core.WriterConfig{Store: tg.Store, Hook: hook, Logger: zerolog.New(&buf)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := txctx.New(tg.DB, txctx.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tg, w, m
+}
+
+func TestWriterLifecycleOnCommit(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	tg, w, m := setup(t, rec)
+	err := m.Do(context.Background(), func(ctx context.Context) error {
+		ids, err := w.WriteAll(ctx, []core.Envelope{mustEnv(t, "a"), mustEnv(t, "b")})
+		if err != nil || !slices.Equal(ids, []string{"a", "b"}) {
+			t.Errorf("WriteAll = %v, %v", ids, err)
+		}
+		id, err := w.Write(ctx, mustEnv(t, "c"))
+		if err != nil || id != "c" {
+			t.Errorf("Write = %q, %v", id, err)
+		}
+		if got := rec.got(); slices.Contains(got, "commit:a,b") {
+			t.Errorf("AfterCommit ran before commit: %v", got)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Do: %v (hook errors and panics must not propagate)", err)
+	}
+	want := []string{"before:a,b", "write:a,b", "before:c", "write:c", "commit:a,b", "commit:c"}
+	if got := rec.got(); !slices.Equal(got, want) {
+		t.Fatalf("calls = %v, want %v", got, want)
+	}
+	if n := rowCount(t, tg); n != 3 {
+		t.Fatalf("rows = %d, want 3", n)
+	}
+}
+
+// Guarantee 1: a rolled-back business transaction leaves no outbox row and
+// runs no after-commit hook (so no listener).
+func TestWriterRollbackLeavesNothing(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	tg, w, m := setup(t, rec)
+	boom := errors.New("business failure")
+	err := m.Do(context.Background(), func(ctx context.Context) error {
+		if _, err := w.Write(ctx, mustEnv(t, "r")); err != nil {
+			t.Fatal(err)
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("Do = %v", err)
+	}
+	if got := rec.got(); !slices.Equal(got, []string{"before:r", "write:r", "rollback:r"}) {
+		t.Fatalf("calls = %v", got)
+	}
+	if n := rowCount(t, tg); n != 0 {
+		t.Fatalf("rows after rollback = %d", n)
+	}
+}
+
+func TestWriterBeforeWriteTransformsAndSuppresses(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{before: func(envs []core.Envelope) ([]core.Envelope, error) {
+		var kept []core.Envelope
+		for _, e := range envs {
+			if e.ID() != "drop" {
+				kept = append(kept, e)
+			}
+		}
+		return kept, nil
+	}}
+	tg, w, m := setup(t, rec)
+	err := m.Do(context.Background(), func(ctx context.Context) error {
+		ids, err := w.WriteAll(ctx, []core.Envelope{mustEnv(t, "keep"), mustEnv(t, "drop")})
+		if err != nil || !slices.Equal(ids, []string{"keep"}) {
+			t.Errorf("transformed: %v %v", ids, err)
+		}
+		id, err := w.Write(ctx, mustEnv(t, "drop"))
+		if err != nil || id != "" {
+			t.Errorf("suppressed: %q %v", id, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.got(); slices.Contains(got, "write:") || slices.Contains(got, "commit:") {
+		t.Errorf("suppressed write ran hooks: %v", got)
+	}
+	if n := rowCount(t, tg); n != 1 {
+		t.Fatalf("rows = %d, want 1", n)
+	}
+}
+
+func TestWriterBeforeWriteErrorAndPanicAbort(t *testing.T) {
+	t.Parallel()
+	for name, before := range map[string]func([]core.Envelope) ([]core.Envelope, error){
+		"error": func([]core.Envelope) ([]core.Envelope, error) { return nil, errors.New("rejected") },
+		"panic": func([]core.Envelope) ([]core.Envelope, error) { panic("hook bug") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			tg, w, m := setup(t, &recorder{before: before})
+			err := m.Do(context.Background(), func(ctx context.Context) error {
+				_, err := w.Write(ctx, mustEnv(t, "x"))
+				if err == nil || !strings.Contains(err.Error(), "BeforeWrite") {
+					t.Errorf("Write err = %v", err)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := rowCount(t, tg); n != 0 {
+				t.Fatalf("rows = %d", n)
+			}
+		})
+	}
+}
+
+// Guarantee 9: bad input gets a clear error and changes nothing.
+func TestWriterRejectsBadInput(t *testing.T) {
+	t.Parallel()
+	tg, w, m := setup(t, nil)
+	ctx := context.Background()
+	if _, err := w.Write(ctx, mustEnv(t, "no-tx")); !errors.Is(err, core.ErrNoTransaction) {
+		t.Errorf("outside a transaction: %v", err)
+	}
+	if _, err := w.WriteTx(ctx, tg.DB, mustEnv(t, "pool")); !errors.Is(err, core.ErrNoTransaction) {
+		t.Errorf("pool as transaction: %v", err)
+	}
+	if _, err := w.WriteTx(ctx, nil, mustEnv(t, "nil")); !errors.Is(err, core.ErrNoTransaction) {
+		t.Errorf("nil transaction: %v", err)
+	}
+	err := m.Do(ctx, func(ctx context.Context) error {
+		if _, err := w.WriteAll(ctx, []core.Envelope{mustEnv(t, "ok"), {}}); !errors.Is(err, core.ErrInvalid) {
+			t.Errorf("zero envelope: %v", err)
+		}
+		if _, err := w.WriteAll(ctx, []core.Envelope{mustEnv(t, "d"), mustEnv(t, "d")}); !errors.Is(err, core.ErrDuplicateEvent) {
+			t.Errorf("duplicate in batch: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rowCount(t, tg); n != 0 {
+		t.Fatalf("rows = %d after rejected writes", n)
+	}
+	if _, err := core.NewWriter(core.WriterConfig{}); !errors.Is(err, core.ErrInvalid) {
+		t.Errorf("writer without store: %v", err)
+	}
+}
+
+func TestWriteTxExplicitTransaction(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{}
+	tg, w, _ := setup(t, leasing{rec})
+	rec.owner = "me"
+	tx, err := tg.DB.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteTx(context.Background(), tx, mustEnv(t, "plain")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	// A plain *sql.Tx has no after-commit callbacks, so the event is not
+	// leased for a hot path that will never see it: the poller delivers it.
+	var lockedBy sql.NullString
+	if err := tg.DB.QueryRow("SELECT locked_by FROM " + tg.Table + " WHERE event_id = 'plain'").Scan(&lockedBy); err != nil {
+		t.Fatal(err)
+	}
+	if lockedBy.Valid {
+		t.Fatalf("plain-tx event leased by %q", lockedBy.String)
+	}
+	if got := rec.got(); !slices.Equal(got, []string{"before:plain", "write:plain"}) {
+		t.Fatalf("calls = %v", got)
+	}
+}
+
+func TestWriterLeasesHotPathEvents(t *testing.T) {
+	t.Parallel()
+	rec := &recorder{owner: "proc-1"}
+	tg, w, m := setup(t, leasing{rec})
+	err := m.Do(context.Background(), func(ctx context.Context) error {
+		_, err := w.Write(ctx, mustEnv(t, "hot"))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := tg.Store.Get(context.Background(), tg.DB, "hot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev.LockedBy != "proc-1" || ev.LockedAt.IsZero() {
+		t.Fatalf("hot event lease = %q %v", ev.LockedBy, ev.LockedAt)
+	}
+}

@@ -1,0 +1,161 @@
+// Package dead lets operators and ops tooling inspect and replay DEAD outbox
+// events: events that exhausted their attempts, failed permanently, or had
+// no listener. A Manager lists them (oldest first), counts them, and replays
+// them one by one or in batches. Replaying moves an event back to NEW with
+// its attempts reset to 0, its last error cleared and its lease dropped, so
+// the poller delivers it again.
+//
+// # Errors
+//
+// Every method returns its errors. The Java framework this library ports
+// logged SQL errors and returned empty results (an empty list, false, 0), so
+// a caller could not tell "no dead events" from "the database is down" —
+// exactly the confusion an operator cannot afford during an incident. Here an
+// empty list with a nil error means there is nothing, and any failure
+// reaches the caller wrapped with context. ReplayAll returns the number of
+// events it replayed before a failure together with the error, since those
+// replays are committed and will be delivered. The Manager logs nothing.
+//
+// # Replay and at-least-once delivery
+//
+// A replayed event is delivered again, with the same event_id, to the
+// listener registered for it now. Listeners (and the consumers behind them)
+// must deduplicate on event_id: a DEAD event may have had side effects on an
+// attempt whose outcome could not be recorded. Fix the cause (deploy the
+// listener, repair the downstream system) before replaying, or the events
+// simply die again after their attempts.
+package dead
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// DefaultBatchSize is the number of events one ReplayAll statement replays
+// when Config.BatchSize is zero.
+const DefaultBatchSize = 500
+
+// Config configures a Manager. The zero value of every optional field means
+// the default stated in its comment; New validates the rest.
+type Config struct {
+	// DB is the pool (*sql.DB, *sqlx.DB) every statement runs on. Required.
+	DB core.DBTX
+	// Store runs the dead-event SQL; every store implements core.DeadStore.
+	// Required.
+	Store core.DeadStore
+	// BatchSize caps the events one ReplayAll statement replays; each batch
+	// is its own short statement. Default 500.
+	BatchSize int
+	// Now returns the current time; replayed events become available at
+	// Now(). Default: time.Now.
+	Now func() time.Time
+}
+
+// Manager queries, counts and replays DEAD events. It is safe for concurrent
+// use.
+type Manager struct {
+	cfg Config
+}
+
+// New validates cfg and returns a Manager. Bad configuration returns an error
+// matching core.ErrInvalid.
+func New(cfg Config) (*Manager, error) {
+	switch {
+	case cfg.DB == nil:
+		return nil, &core.ValidationError{Field: "dead config", Reason: "DB is nil"}
+	case cfg.Store == nil:
+		return nil, &core.ValidationError{Field: "dead config", Reason: "Store is nil"}
+	case cfg.BatchSize < 0:
+		return nil, &core.ValidationError{Field: "dead config", Reason: "BatchSize is negative"}
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = DefaultBatchSize
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Manager{cfg: cfg}, nil
+}
+
+// List returns the DEAD events matching f's event type and aggregate type
+// (empty matches all), oldest first, at most f.Limit of them (0 means 100).
+// A row that cannot be decoded makes List return the events it could decode
+// together with an error naming the bad row.
+func (m *Manager) List(ctx context.Context, f core.DeadFilter) ([]core.Event, error) {
+	if f.Limit < 0 {
+		return nil, &core.ValidationError{Field: "dead filter", Reason: "Limit is negative"}
+	}
+	events, err := m.cfg.Store.QueryDead(ctx, m.cfg.DB, f)
+	if err != nil {
+		return events, fmt.Errorf("list dead events: %w", err)
+	}
+	return events, nil
+}
+
+// Count returns the number of DEAD events matching f's event type and
+// aggregate type (empty matches all); f.Limit is ignored.
+func (m *Manager) Count(ctx context.Context, f core.DeadFilter) (int64, error) {
+	f.Limit = 0
+	n, err := m.cfg.Store.CountDead(ctx, m.cfg.DB, f)
+	if err != nil {
+		return 0, fmt.Errorf("count dead events: %w", err)
+	}
+	return n, nil
+}
+
+// Replay moves the DEAD event id back to NEW (attempts 0, error cleared,
+// available now) and reports whether it did: false means the event does not
+// exist or is not DEAD, and nothing changed. An empty id returns an error
+// matching core.ErrInvalid.
+func (m *Manager) Replay(ctx context.Context, id string) (bool, error) {
+	if id == "" {
+		return false, &core.ValidationError{Field: "event id", Reason: "is empty"}
+	}
+	n, err := m.cfg.Store.ReplayDead(ctx, m.cfg.DB, []string{id}, m.cfg.Now())
+	if err != nil {
+		return false, fmt.Errorf("replay dead event %s: %w", id, err)
+	}
+	return n > 0, nil
+}
+
+// ReplayAll replays the DEAD events matching f's event type and aggregate
+// type, oldest first, in batches of Config.BatchSize, each its own statement.
+// f.Limit, when positive, caps the total replayed; otherwise ReplayAll
+// replays as many as matched when it started, so that events dying again
+// while it runs (a dispatcher is delivering the replayed ones) cannot keep it
+// going forever. It returns how many events it replayed; on a failure it
+// stops and returns that number with the error (those replays stand). If
+// progress is not nil it is called after each batch with the running total.
+func (m *Manager) ReplayAll(ctx context.Context, f core.DeadFilter, progress func(replayed int64)) (int64, error) {
+	if f.Limit < 0 {
+		return 0, &core.ValidationError{Field: "dead filter", Reason: "Limit is negative"}
+	}
+	target := int64(f.Limit)
+	if target == 0 {
+		n, err := m.Count(ctx, f)
+		if err != nil {
+			return 0, fmt.Errorf("replay dead events: %w", err)
+		}
+		target = n
+	}
+	var total int64
+	for total < target {
+		limit := int(min(int64(m.cfg.BatchSize), target-total))
+		n, err := m.cfg.Store.ReplayDeadBatch(ctx, m.cfg.DB, core.DeadFilter{EventType: f.EventType,
+			AggregateType: f.AggregateType}, limit, m.cfg.Now())
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("replay dead events (%d replayed before the error): %w", total-n, err)
+		}
+		if progress != nil && n > 0 {
+			progress(total)
+		}
+		if n < int64(limit) {
+			break
+		}
+	}
+	return total, nil
+}

@@ -1,0 +1,61 @@
+// Package dispatch delivers outbox events to their listeners.
+//
+// A Dispatcher holds two bounded in-memory queues. The hot queue is fed right
+// after a business transaction commits, by the hook returned from
+// Dispatcher.WriterHook, so a committed event reaches its listener without a
+// database round trip. The cold queue is fed by a poller (package poller),
+// which claims what the hot path did not deliver: overflow, events of crashed
+// or other instances, retries and delayed events. A pool of workers drains
+// both queues, hot twice as often as cold while both have work, runs the one
+// listener registered for the event's (aggregate type, event type), and
+// records the outcome:
+//
+//   - success: DONE;
+//   - no listener: DEAD at once (core.ErrUnroutable), never retried;
+//   - failure: RETRY after the retry policy's delay (or the delay of a
+//     core.RetryAfter error), or DEAD when the error is core.Permanent or the
+//     event has failed Config.MaxAttempts times;
+//   - a listener panic is a failure whose error carries the panic value.
+//
+// Every write-back is fenced by the event's lease owner, so a dispatcher that
+// lost its lease cannot overwrite the outcome recorded by the new owner. A
+// store error while writing an outcome is not a listener failure: it is
+// logged and counted (Metrics.StoreError) and the row is left for its lease
+// to expire, so it never causes a redelivery by itself.
+//
+// When the store implements core.BatchMarker (the SQL stores do), DONE
+// outcomes are written in batches: one UPDATE for up to
+// Config.DoneBatchSize delivered events, written when the batch is full or
+// Config.DoneBatchLinger after its first event, so that marking events done
+// does not add one commit per event to the database's write load. An event
+// stays in flight until its DONE is written. RETRY and DEAD outcomes, rare by
+// nature, are written one by one.
+//
+// # Wiring
+//
+// Writer, Dispatcher and Poller share one lease owner token:
+//
+//	d, err := dispatch.New(dispatch.Config{Store: st, DB: db, Registry: reg})
+//	w, err := core.NewWriter(core.WriterConfig{Store: st, Hook: d.WriterHook()})
+//	p, err := poller.New(poller.Config{Store: st, DB: db, Handler: d}) // Owner defaults to d.Owner()
+//	d.Start(ctx); p.Start(ctx)
+//	defer d.Close(ctx) // runs second: the poller stops feeding first
+//	defer p.Close(ctx)
+//
+// A poller is required: failed events wait in the database as RETRY and only
+// a poller claims them when they fall due, and events the hot queue refused
+// or that carry a future NotBefore are left to it too. To keep short retry
+// delays short, the dispatcher reports each due time through NotifyDue, and
+// poller.New subscribes the poller's WakeAt there, so a retry due in 200 ms is
+// claimed after about 200 ms rather than at the next poll interval.
+//
+// # Shutdown
+//
+// Close (or cancelling Start's context) stops intake, lets the workers drain
+// the queues for up to Config.DrainTimeout, then cancels the contexts of
+// listeners still running and waits for them, and writes the last batch of
+// DONE outcomes. A listener interrupted that way
+// is not charged an attempt: its lease is released. Events still queued have
+// their leases released too, so another instance can claim them at once.
+// Close returns when no goroutine of the dispatcher is left.
+package dispatch

@@ -1,0 +1,104 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// WriterHook returns the hook that feeds the hot queue; pass it as
+// core.WriterConfig.Hook. Its LeaseOwner is d.Owner(), so the Writer inserts
+// the events of a transaction that carries after-commit callbacks (see
+// package txctx) already leased by this dispatcher, and no other instance's
+// poller claims them while they wait in this process.
+//
+// After commit the hook enqueues each event on the hot queue. An event the
+// hot queue refuses (full or closing), or one not yet deliverable (its
+// NotBefore is in the future), has its lease released at once, in a single
+// statement, so that a poller delivers it; a refusal counts
+// Metrics.HotDropped and logs a warning. A release that fails is tried
+// again in the background, with backoff, until it lands or the dispatcher
+// closes. The write itself never fails because of the hook. After a rollback
+// the hook does nothing: the rows do not exist.
+func (d *Dispatcher) WriterHook() core.LeasingHook { return writerHook{d} }
+
+type writerHook struct{ d *Dispatcher }
+
+// LeaseOwner implements core.LeasingHook.
+func (h writerHook) LeaseOwner() string { return h.d.owner }
+
+// BeforeWrite implements core.WriterHook; it writes envs unchanged.
+func (writerHook) BeforeWrite(_ context.Context, envs []core.Envelope) ([]core.Envelope, error) {
+	return envs, nil
+}
+
+// AfterWrite implements core.WriterHook; it does nothing.
+func (writerHook) AfterWrite(context.Context, []core.Envelope) error { return nil }
+
+// AfterRollback implements core.WriterHook; it does nothing.
+func (writerHook) AfterRollback(context.Context, []core.Envelope) error { return nil }
+
+// AfterCommit implements core.WriterHook: it hands the committed events to the
+// hot queue and releases the ones it cannot take.
+func (h writerHook) AfterCommit(ctx context.Context, envs []core.Envelope) error {
+	d := h.d
+	now := d.cfg.Now()
+	var (
+		refused []string
+		later   []string
+		dueAt   = now
+	)
+	for _, env := range envs {
+		ev := core.Event{
+			Envelope:    env,
+			Status:      core.StatusNew,
+			CreatedAt:   env.OccurredAt(),
+			AvailableAt: env.AvailableAt(),
+			LockedBy:    d.owner,
+			LockedAt:    now,
+		}
+		if ev.AvailableAt.After(now) {
+			later = append(later, env.ID())
+			if len(later) == 1 || ev.AvailableAt.Before(dueAt) {
+				dueAt = ev.AvailableAt
+			}
+			continue
+		}
+		switch d.offerHot(ev) {
+		case hotQueued:
+			d.cfg.Metrics.HotEnqueued()
+		case hotHeld:
+			// This dispatcher's poller claimed the row before this hook
+			// ran (its insert-time lease expired during a slow commit)
+			// and holds it: releasing the lease now would let another
+			// instance deliver it too, and fence off this one's DONE.
+			d.cfg.Metrics.HotDropped()
+		default:
+			d.cfg.Metrics.HotDropped()
+			refused = append(refused, env.ID())
+		}
+	}
+	if len(refused) > 0 {
+		d.log.Warn().Int("events", len(refused)).Str("first_event_id", refused[0]).
+			Msg("outbox hot queue refused events; left for the poller")
+	}
+	ids := append(refused, later...)
+	if len(ids) == 0 {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.StoreTimeout)
+	defer cancel()
+	if _, err := d.cfg.Store.Release(rctx, d.cfg.DB, d.owner, ids); err != nil {
+		d.cfg.Metrics.StoreError()
+		d.releaseLater(d.owner, ids)
+		return fmt.Errorf("release %d events the hot queue did not take (retrying in the background): %w", len(ids), err)
+	}
+	if len(refused) > 0 {
+		d.notifyDue(now)
+	}
+	if len(later) > 0 {
+		d.notifyDue(dueAt)
+	}
+	return nil
+}

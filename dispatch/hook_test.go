@@ -1,0 +1,157 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/dispatch"
+)
+
+// fakeTx is a core.Tx whose callbacks run when the test says so.
+type fakeTx struct {
+	nopDB
+	commit, rollback []func(context.Context)
+}
+
+func (t *fakeTx) AfterCommit(fn func(context.Context))   { t.commit = append(t.commit, fn) }
+func (t *fakeTx) AfterRollback(fn func(context.Context)) { t.rollback = append(t.rollback, fn) }
+
+func (t *fakeTx) end(committed bool) {
+	fns := t.rollback
+	if committed {
+		fns = t.commit
+	}
+	for _, fn := range fns {
+		fn(context.Background())
+	}
+}
+
+func TestWriterHookThroughWriter(t *testing.T) {
+	t.Parallel()
+	delivered := make(chan string, 10)
+	for _, committed := range []bool{true, false} {
+		h := newHarness(t, func(_ context.Context, ev core.Event) error {
+			delivered <- ev.ID()
+			return nil
+		}, nil)
+		hook := h.d.WriterHook()
+		if hook.LeaseOwner() != testOwner {
+			t.Fatalf("LeaseOwner = %q, want %q", hook.LeaseOwner(), testOwner)
+		}
+		w, err := core.NewWriter(core.WriterConfig{Store: h.store, Hook: hook})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx := &fakeTx{}
+		id := fmt.Sprintf("ev-%v", committed)
+		if _, err := w.WriteTx(context.Background(), tx, newEnv(t, id)); err != nil {
+			t.Fatal(err)
+		}
+		if r := h.store.get(t, id); r.LockedBy != testOwner {
+			t.Fatalf("inserted row locked by %q, want the dispatcher's owner", r.LockedBy)
+		}
+		h.start()
+		tx.end(committed)
+		h.close()
+		if committed {
+			if got := <-delivered; got != id {
+				t.Errorf("delivered %s, want %s", got, id)
+			}
+			if st := h.store.get(t, id).Status; st != core.StatusDone {
+				t.Errorf("status %v, want DONE", st)
+			}
+		} else if n := h.metrics.Counts().HotEnqueued; n != 0 {
+			t.Errorf("after rollback: %d events enqueued", n)
+		}
+	}
+	if len(delivered) != 0 {
+		t.Errorf("unexpected delivery of %s", <-delivered)
+	}
+}
+
+// Events the hot queue refuses and events not yet due are released in one
+// statement and reported as due; only refusals count as drops.
+func TestWriterHookReleasesWhatItCannotTake(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, nil, func(c *dispatch.Config) { c.HotQueueSize = 1 })
+	var due []time.Time
+	h.d.NotifyDue(func(at time.Time) { due = append(due, at) })
+	later := t0.Add(time.Hour)
+	envs := []core.Envelope{newEnv(t, "a"), newEnv(t, "b")}
+	env, err := core.NewEnvelope(core.EnvelopeSpec{ID: "c", Type: orderPlaced, AggregateType: orders, JSON: []byte(`1`), NotBefore: later})
+	if err != nil {
+		t.Fatal(err)
+	}
+	envs = append(envs, env)
+	if err := h.store.Insert(context.Background(), nil, envs, core.InsertOptions{LeaseOwner: testOwner, LeaseAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := h.d.WriterHook().AfterCommit(context.Background(), envs); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.store.releases) != 1 || !slices.Equal(h.store.releases[0], []string{"b", "c"}) {
+		t.Errorf("releases = %v, want one release of [b c]", h.store.releases)
+	}
+	for id, wantOwner := range map[string]string{"a": testOwner, "b": "", "c": ""} {
+		if got := h.store.get(t, id).LockedBy; got != wantOwner {
+			t.Errorf("%s locked by %q, want %q", id, got, wantOwner)
+		}
+	}
+	if !slices.EqualFunc(due, []time.Time{t0, later}, time.Time.Equal) {
+		t.Errorf("due notifications = %v, want [%v %v]", due, t0, later)
+	}
+	if e, d := h.metrics.Counts().HotEnqueued, h.metrics.Counts().HotDropped; e != 1 || d != 1 {
+		t.Errorf("HotEnqueued/HotDropped = %d/%d, want 1/1", e, d)
+	}
+
+	// A failed release is reported to the Writer (which logs it), never panics.
+	h.store.failMark = errors.New("database is down")
+	more := newEnv(t, "d")
+	if err := h.d.WriterHook().AfterCommit(context.Background(), []core.Envelope{more}); err == nil {
+		t.Error("AfterCommit hid a failed release")
+	}
+	if n := h.metrics.Counts().StoreError; n != 1 {
+		t.Errorf("StoreError = %d, want 1", n)
+	}
+	h.store.failMark = nil
+	if err := h.d.WriterHook().AfterRollback(context.Background(), envs); err != nil {
+		t.Errorf("AfterRollback: %v", err)
+	}
+}
+
+// When this dispatcher's poller claimed a hot-path event before the hook ran
+// (its insert-time lease expired during a slow commit), the hook must leave
+// the lease alone: releasing it would let another instance deliver the
+// event too, and fence off this dispatcher's DONE.
+func TestWriterHookLeavesEventsThePollerHolds(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(context.Context, core.Event) error { return nil }, nil)
+	env := newEnv(t, "slow-commit")
+	if err := h.store.Insert(context.Background(), nil, []core.Envelope{env}, core.InsertOptions{LeaseOwner: testOwner, LeaseAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	claimed := core.Event{Envelope: env, Status: core.StatusNew, LockedBy: testOwner, LockedAt: t0}
+	if !h.d.EnqueueCold(claimed) {
+		t.Fatal("EnqueueCold refused the claimed event")
+	}
+	if err := h.d.WriterHook().AfterCommit(context.Background(), []core.Envelope{env}); err != nil {
+		t.Fatalf("AfterCommit: %v", err)
+	}
+	if len(h.store.releases) != 0 {
+		t.Errorf("the hook released %v, an event the dispatcher holds", h.store.releases)
+	}
+	if got := h.store.get(t, env.ID()).LockedBy; got != testOwner {
+		t.Errorf("row locked by %q, want still %q", got, testOwner)
+	}
+	if c := h.metrics.Counts(); c.HotEnqueued != 0 || c.HotDropped != 1 || c.ColdEnqueued != 1 {
+		t.Errorf("metrics %+v, want 1 cold enqueued and the hot offer counted as dropped", c)
+	}
+	h.start()
+	h.store.waitStatus(t, env.ID(), core.StatusDone)
+}

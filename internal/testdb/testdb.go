@@ -1,0 +1,227 @@
+// Package testdb gives tests a fresh outbox table on each database this
+// machine offers: SQLite always, PostgreSQL and MySQL/MariaDB when their DSN
+// environment variables are set. Every target gets a uniquely named table that
+// is dropped when the test ends, so parallel tests and parallel runs never see
+// each other's rows.
+//
+// Environment:
+//
+//	OUTBOX_POSTGRES_DSN  e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+//	OUTBOX_MYSQL_DSN     e.g. root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC
+//	OUTBOX_REQUIRE_DBS   "1" makes a missing or unreachable server fail the
+//	                     test instead of skipping it (CI sets it).
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/store/mysql"
+	"github.com/outboxkit/outbox/store/postgres"
+	"github.com/outboxkit/outbox/store/sqlite"
+)
+
+// Target is one database with a fresh outbox table.
+type Target struct {
+	Name  string  // "sqlite", "postgres" or "mysql"
+	DB    *sql.DB // pool on the database
+	Store Store   // store on the fresh table
+	Table string  // the table name
+	// Reopen returns a new, independent pool on the same database, as a
+	// second process would have. It is closed when the test ends.
+	Reopen func(t testing.TB) *sql.DB
+	// NewStore returns a store of this dialect for another table name; it
+	// is how tests check table-name validation. It creates nothing.
+	NewStore func(table string) (Store, error)
+}
+
+// Store is a core.Store that can also manage its own schema.
+type Store interface {
+	core.Store
+	CreateSchema(ctx context.Context, db core.DBTX) error
+	DropSchema(ctx context.Context, db core.DBTX) error
+	Table() string
+}
+
+// Dialects lists the dialect names ForEach runs, in order.
+var Dialects = []string{"sqlite", "postgres", "mysql"}
+
+// ForEach runs fn as a subtest named after each dialect. Dialects whose server
+// is not configured are skipped with a message naming the variable to set
+// (or fail, under OUTBOX_REQUIRE_DBS=1).
+func ForEach(t *testing.T, fn func(t *testing.T, tg Target)) {
+	t.Helper()
+	for _, name := range Dialects {
+		t.Run(name, func(t *testing.T) {
+			fn(t, Open(t, name))
+		})
+	}
+}
+
+// Open returns a target for the named dialect, or skips the test.
+func Open(t testing.TB, dialect string) Target {
+	t.Helper()
+	switch dialect {
+	case "sqlite":
+		return SQLite(t)
+	case "postgres":
+		return Postgres(t)
+	case "mysql":
+		return MySQL(t)
+	}
+	t.Fatalf("testdb: unknown dialect %q", dialect)
+	return Target{}
+}
+
+// UniqueName returns a table name no other test or run uses.
+func UniqueName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "_" + hex.EncodeToString(b[:])
+}
+
+// Required reports whether missing servers must fail tests (CI).
+func Required() bool { return os.Getenv("OUTBOX_REQUIRE_DBS") == "1" }
+
+func skipOrFail(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if Required() {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// cleanupCtx is for cleanup SQL: the test's own context is already done.
+func cleanupCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 30*time.Second)
+}
+
+func prepare(t testing.TB, tg Target) Target {
+	t.Helper()
+	ctx, cancel := cleanupCtx()
+	defer cancel()
+	if err := tg.Store.CreateSchema(ctx, tg.DB); err != nil {
+		t.Fatalf("testdb: create %s schema: %v", tg.Name, err)
+	}
+	tg.Table = tg.Store.Table()
+	t.Cleanup(func() {
+		ctx, cancel := cleanupCtx()
+		defer cancel()
+		if err := tg.Store.DropSchema(ctx, tg.DB); err != nil {
+			t.Errorf("testdb: drop %s: %v", tg.Table, err)
+		}
+	})
+	return tg
+}
+
+// SQLite returns a target on a new SQLite file in the test's temp dir.
+func SQLite(t testing.TB) Target {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "outbox.db")
+	open := func(t testing.TB) *sql.DB {
+		t.Helper()
+		db, err := sqlite.Open(path)
+		if err != nil {
+			t.Fatalf("testdb: %v", err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		return db
+	}
+	newStore := func(table string) (Store, error) { return asStore(sqlite.New(sqlite.Config{Table: table})) }
+	return newTarget(t, "sqlite", open, newStore)
+}
+
+// Environment variables naming the servers, and the DSNs that work on a
+// developer machine with local servers.
+const (
+	PostgresEnv        = "OUTBOX_POSTGRES_DSN"
+	MySQLEnv           = "OUTBOX_MYSQL_DSN"
+	examplePostgresDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	exampleMySQLDSN    = "root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC"
+)
+
+// poolSize caps each pool's connections: tests of several packages run in
+// parallel against one server, each with several targets open.
+const poolSize = 4
+
+// server opens pools on the server named by env, or skips (fails under
+// OUTBOX_REQUIRE_DBS=1) when env is unset or the server does not answer.
+func server(t testing.TB, name, env, example string, open func(dsn string) (*sql.DB, error)) func(t testing.TB) *sql.DB {
+	t.Helper()
+	dsn := os.Getenv(env)
+	if dsn == "" {
+		skipOrFail(t, "%s tests: set %s=%s to run", name, env, example)
+	}
+	return func(t testing.TB) *sql.DB {
+		t.Helper()
+		db, err := open(dsn)
+		if err != nil {
+			t.Fatalf("testdb: %s: %v", env, err)
+		}
+		db.SetMaxOpenConns(poolSize)
+		db.SetMaxIdleConns(poolSize)
+		t.Cleanup(func() { _ = db.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := db.PingContext(ctx); err != nil {
+			skipOrFail(t, "%s tests: server of %s unreachable: %v", name, env, err)
+		}
+		return db
+	}
+}
+
+// Postgres returns a target on OUTBOX_POSTGRES_DSN, or skips.
+func Postgres(t testing.TB) Target {
+	t.Helper()
+	open := server(t, "PostgreSQL", PostgresEnv, examplePostgresDSN, postgres.Open)
+	newStore := func(table string) (Store, error) { return asStore(postgres.New(postgres.Config{Table: table})) }
+	return newTarget(t, "postgres", open, newStore)
+}
+
+// MySQL returns a target on OUTBOX_MYSQL_DSN with the default claim
+// strategy, or skips.
+func MySQL(t testing.TB) Target {
+	t.Helper()
+	return MySQLWith(mysql.Config{})(t)
+}
+
+// MySQLWith returns an opener of targets on OUTBOX_MYSQL_DSN whose stores use
+// cfg (its Table is replaced by a fresh name), for running the suite with
+// each claim strategy.
+func MySQLWith(cfg mysql.Config) func(t testing.TB) Target {
+	return func(t testing.TB) Target {
+		t.Helper()
+		open := server(t, "MySQL", MySQLEnv, exampleMySQLDSN, mysql.Open)
+		newStore := func(table string) (Store, error) {
+			c := cfg
+			c.Table = table
+			return asStore(mysql.New(c))
+		}
+		return newTarget(t, "mysql", open, newStore)
+	}
+}
+
+// asStore returns s as a Store, and a nil interface (not a typed nil) with
+// err.
+func asStore[S Store](s S, err error) (Store, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func newTarget(t testing.TB, name string, open func(testing.TB) *sql.DB, newStore func(string) (Store, error)) Target {
+	t.Helper()
+	st, err := newStore(UniqueName("outbox"))
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	return prepare(t, Target{Name: name, DB: open(t), Store: st, Reopen: open, NewStore: newStore})
+}

@@ -1,0 +1,361 @@
+package outbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/dispatch"
+	"github.com/outboxkit/outbox/poller"
+	"github.com/outboxkit/outbox/purge"
+	"github.com/outboxkit/outbox/txctx"
+)
+
+// Mode is the deployment an Outbox is wired for.
+type Mode int
+
+const (
+	// SingleNode: this process is the only one delivering from its table. It
+	// runs a Writer whose hook feeds the dispatcher's hot queue, a Dispatcher
+	// and a Poller (and a Purger when Config.Purge is set).
+	SingleNode Mode = iota
+	// MultiNode: several processes deliver from one table. The components
+	// and their defaults are those of SingleNode; what several processes need
+	// on top is a distinct lease owner per process, so New makes an explicit
+	// Config.Dispatch.Owner unique by appending a random suffix. See the
+	// package documentation for what does and does not change.
+	MultiNode
+	// WriterOnly: this process only writes; another process (a delivering
+	// Outbox, or CDC) delivers. It runs a Writer without a hook, and no
+	// Dispatcher or Poller (a Purger when Config.Purge is set). Its events
+	// are inserted unleased, so the pollers of the delivering processes
+	// claim them at their next poll.
+	WriterOnly
+)
+
+// String returns the mode's name.
+func (m Mode) String() string {
+	switch m {
+	case SingleNode:
+		return "SingleNode"
+	case MultiNode:
+		return "MultiNode"
+	case WriterOnly:
+		return "WriterOnly"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// DB is the database handle an Outbox runs on: a pool (*sql.DB, *sqlx.DB)
+// that begins transactions and runs statements.
+type DB interface {
+	core.DBTX
+	core.TxBeginner
+}
+
+// Config configures an Outbox. DB and Store are required, and Registry unless
+// Mode is WriterOnly. The component configurations (Dispatch, Poller, Purge)
+// are the components' own: every field keeps its meaning and default, and
+// the fields they share with this Config (Store, DB, Registry, Metrics,
+// Logger) are filled from here when left zero.
+type Config struct {
+	// DB is the pool the components and Do run on. Required.
+	DB DB
+	// Store is the outbox table's store, e.g. postgres.New, mysql.New or
+	// sqlite.New. Required.
+	Store core.Store
+	// Registry routes events to their listeners. Required unless Mode is
+	// WriterOnly, where it must be nil: no listener would ever run.
+	Registry *core.Registry
+	// Mode is the deployment. Default SingleNode.
+	Mode Mode
+
+	// Dispatch overrides the dispatcher's configuration (workers, queue
+	// sizes, MaxAttempts, Retry, DrainTimeout, interceptors...). Its zero
+	// fields take dispatch's defaults. Must be zero in WriterOnly mode.
+	Dispatch dispatch.Config
+	// Poller overrides the poller's configuration (Interval, BatchSize,
+	// LeaseTimeout, SkipRecent...). Its zero fields take poller's defaults;
+	// its Owner must be empty or equal to Dispatch.Owner. Must be zero in
+	// WriterOnly mode.
+	Poller poller.Config
+	// Purge, when not nil, adds a purger of old DONE and DEAD rows with this
+	// configuration (its zero fields take purge's defaults: 7 days, batches
+	// of 500, hourly). Default nil: no purger.
+	Purge *purge.Config
+
+	// Logger is given to every component whose own Logger is zero. Default:
+	// the zero (silent) logger.
+	Logger zerolog.Logger
+	// Metrics is given to the dispatcher and poller when their own Metrics
+	// is nil. Default: core.NopMetrics{}.
+	Metrics core.Metrics
+	// Tx configures the transactions Do begins (isolation level, read-only).
+	// Its zero value is valid; its Logger defaults to Logger.
+	Tx txctx.Config
+}
+
+// Outbox wires a Writer, a Dispatcher, a Poller and optionally a Purger on
+// one outbox table, started and stopped together. Every component is also
+// reachable on its own. An Outbox is safe for concurrent use; its lifecycle
+// is New, Start, Close.
+type Outbox struct {
+	mode       Mode
+	writer     *core.Writer
+	dispatcher *dispatch.Dispatcher
+	poller     *poller.Poller
+	purger     *purge.Purger
+	txm        *txctx.Manager
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+}
+
+// New validates cfg and builds the components of cfg.Mode, without starting
+// anything. Bad configuration returns an error matching core.ErrInvalid.
+func New(cfg Config) (*Outbox, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	o := &Outbox{mode: cfg.Mode}
+	txCfg := cfg.Tx
+	txCfg.Logger = orValue(txCfg.Logger, cfg.Logger)
+	var err error
+	if o.txm, err = txctx.New(cfg.DB, txCfg); err != nil {
+		return nil, err
+	}
+
+	var hook core.WriterHook
+	if cfg.Mode != WriterOnly {
+		dc := cfg.Dispatch
+		dc.Store = orValue(dc.Store, cfg.Store)
+		dc.DB = orValue(dc.DB, core.DBTX(cfg.DB))
+		dc.Registry = orValue(dc.Registry, cfg.Registry)
+		dc.Metrics = orValue(dc.Metrics, cfg.Metrics)
+		dc.Logger = orValue(dc.Logger, cfg.Logger)
+		if cfg.Mode == MultiNode && dc.Owner != "" {
+			dc.Owner = uniqueOwner(dc.Owner)
+		}
+		if o.dispatcher, err = dispatch.New(dc); err != nil {
+			return nil, err
+		}
+		pc := cfg.Poller
+		pc.Store = orValue(pc.Store, cfg.Store)
+		pc.DB = orValue(pc.DB, core.DBTX(cfg.DB))
+		pc.Handler = o.dispatcher
+		pc.Owner = o.dispatcher.Owner()
+		pc.Metrics = orValue(pc.Metrics, cfg.Metrics)
+		pc.Logger = orValue(pc.Logger, cfg.Logger)
+		if o.poller, err = poller.New(pc); err != nil {
+			return nil, err
+		}
+		hook = o.dispatcher.WriterHook()
+	}
+	if cfg.Purge != nil {
+		pc := *cfg.Purge
+		pc.Purger = orValue(pc.Purger, core.Purger(cfg.Store))
+		pc.DB = orValue(pc.DB, core.DBTX(cfg.DB))
+		pc.Logger = orValue(pc.Logger, cfg.Logger)
+		if o.purger, err = purge.New(pc); err != nil {
+			return nil, err
+		}
+	}
+	o.writer, err = core.NewWriter(core.WriterConfig{Store: cfg.Store, Hook: hook, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func invalid(format string, args ...any) error {
+	return &core.ValidationError{Field: "outbox config", Reason: fmt.Sprintf(format, args...)}
+}
+
+func (c Config) validate() error {
+	switch {
+	case isZero(c.DB):
+		return invalid("DB is nil")
+	case isZero(c.Store):
+		return invalid("Store is nil")
+	case c.Mode < SingleNode || c.Mode > WriterOnly:
+		return invalid("unknown Mode %d", int(c.Mode))
+	}
+	if c.Mode == WriterOnly {
+		switch {
+		case c.Registry != nil:
+			return invalid("Registry is set in WriterOnly mode, where no listener runs")
+		case !isZero(c.Dispatch):
+			return invalid("Dispatch is set in WriterOnly mode, which has no dispatcher")
+		case !isZero(c.Poller):
+			return invalid("Poller is set in WriterOnly mode, which has no poller")
+		}
+		return nil
+	}
+	switch {
+	case c.Registry == nil && c.Dispatch.Registry == nil:
+		return invalid("Registry is nil")
+	case c.Poller.Handler != nil:
+		return invalid("Poller.Handler is set; the Outbox's dispatcher is the handler")
+	case c.Poller.Owner != "" && c.Poller.Owner != c.Dispatch.Owner:
+		return invalid("Poller.Owner %q differs from Dispatch.Owner %q; leave it empty", c.Poller.Owner, c.Dispatch.Owner)
+	}
+	return nil
+}
+
+// uniqueOwner appends a random suffix to owner, cutting owner so that the
+// result fits core.MaxOwnerLen.
+func uniqueOwner(owner string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	suffix := "-" + hex.EncodeToString(b[:])
+	if room := core.MaxOwnerLen - len(suffix); len(owner) > room {
+		owner = owner[:room]
+	}
+	return owner + suffix
+}
+
+// isZero reports whether v is its type's zero value (a nil interface
+// included).
+func isZero[T any](v T) bool {
+	rv := reflect.ValueOf(&v).Elem()
+	if rv.Kind() == reflect.Interface {
+		if rv.IsNil() {
+			return true
+		}
+		rv = rv.Elem()
+		if k := rv.Kind(); k == reflect.Pointer || k == reflect.Map || k == reflect.Slice ||
+			k == reflect.Func || k == reflect.Chan || k == reflect.Interface {
+			return rv.IsNil()
+		}
+		return false
+	}
+	return rv.IsZero()
+}
+
+// orValue returns v, or def when v is zero.
+func orValue[T any](v, def T) T {
+	if isZero(v) {
+		return def
+	}
+	return v
+}
+
+// Mode returns the deployment the Outbox was built for.
+func (o *Outbox) Mode() Mode { return o.mode }
+
+// Writer returns the Writer that inserts events in the caller's
+// transaction. Except in WriterOnly mode it carries the dispatcher's hook:
+// events written in a transaction begun by Do (or any txctx.Manager) reach
+// the hot queue right after COMMIT.
+func (o *Outbox) Writer() *core.Writer { return o.writer }
+
+// Dispatcher returns the dispatcher, or nil in WriterOnly mode.
+func (o *Outbox) Dispatcher() *dispatch.Dispatcher { return o.dispatcher }
+
+// Poller returns the poller, or nil in WriterOnly mode.
+func (o *Outbox) Poller() *poller.Poller { return o.poller }
+
+// Purger returns the purger, or nil when Config.Purge was nil.
+func (o *Outbox) Purger() *purge.Purger { return o.purger }
+
+// TxManager returns the transaction manager Do uses, over Config.DB.
+func (o *Outbox) TxManager() *txctx.Manager { return o.txm }
+
+// Do runs fn in a transaction on Config.DB carried by fn's context, so that
+// Writer().Write(ctx, ...) and txctx.From(ctx) find it; it commits when fn
+// returns nil and rolls back otherwise (see txctx.Manager.Do, which it is).
+// A Do inside a Do joins the outer transaction. Do works before Start and
+// after Close: events written then wait in the table for a poller.
+func (o *Outbox) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	return o.txm.Do(ctx, fn)
+}
+
+// Start starts the dispatcher, then the poller, then the purger, and returns
+// at once. If one fails to start, those already started are closed and the
+// error is returned. It returns core.ErrAlreadyStarted when called twice and
+// core.ErrClosed after Close.
+//
+// Cancelling ctx stops every component, each on its own as its Close does;
+// call Close in any case to wait for them. To shut down in order (the
+// poller stops feeding the dispatcher before it drains), start with a
+// context that outlives your work, e.g. context.WithoutCancel(ctx), and
+// call Close.
+func (o *Outbox) Start(ctx context.Context) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case o.closed:
+		return core.ErrClosed
+	case o.started:
+		return core.ErrAlreadyStarted
+	}
+	o.started = true
+	var running []component
+	for _, c := range o.components() {
+		if err := c.Start(ctx); err != nil {
+			for i := len(running) - 1; i >= 0; i-- {
+				_ = running[i].Close(context.WithoutCancel(ctx))
+			}
+			o.closed = true
+			return fmt.Errorf("start outbox: %w", err)
+		}
+		running = append(running, c)
+	}
+	return nil
+}
+
+// component is the lifecycle every background component shares.
+type component interface {
+	Start(ctx context.Context) error
+	Close(ctx context.Context) error
+}
+
+// components returns the components that exist, in start order.
+func (o *Outbox) components() []component {
+	var cs []component
+	if o.dispatcher != nil {
+		cs = append(cs, o.dispatcher)
+	}
+	if o.poller != nil {
+		cs = append(cs, o.poller)
+	}
+	if o.purger != nil {
+		cs = append(cs, o.purger)
+	}
+	return cs
+}
+
+// Close stops the poller first, so that nothing new is claimed, then the
+// dispatcher (which drains its queues for up to Dispatch.DrainTimeout and
+// releases the leases of what it did not deliver), then the purger. It
+// returns when no goroutine of any component is left. When ctx is done
+// first, the dispatcher cancels its running listeners and every component
+// stops at once. Close is idempotent; the error joins the components' own
+// (see dispatch.Dispatcher.Close). The DB is not closed: it is the caller's.
+func (o *Outbox) Close(ctx context.Context) error {
+	o.mu.Lock()
+	o.closed = true
+	o.mu.Unlock()
+	var errs []error
+	if o.poller != nil {
+		errs = append(errs, o.poller.Close(ctx))
+	}
+	if o.dispatcher != nil {
+		errs = append(errs, o.dispatcher.Close(ctx))
+	}
+	if o.purger != nil {
+		errs = append(errs, o.purger.Close(ctx))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close outbox: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,313 @@
+package poller
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/lifecycle"
+)
+
+const (
+	// followUpTimeout bounds the writes that follow a claim (releasing
+	// refused events, marking undecodable ones DEAD). They run on a context
+	// that shutdown does not cancel, so that a claim never strands leases.
+	followUpTimeout = 10 * time.Second
+	// backlogPause is the wait between capacity checks while a backlog is
+	// pending and the handler is full: checking costs no database round trip.
+	backlogPause = 20 * time.Millisecond
+	// errorBackoff is the first wait after a failed cycle; it doubles up to
+	// the interval.
+	errorBackoff = 100 * time.Millisecond
+	// dueSlack is added to requested wake-up times so that a row whose
+	// available_at was rounded up by the database is due when we claim.
+	dueSlack = time.Millisecond
+	// maxWakeups bounds the pending wake-up requests; beyond it the
+	// latest ones are dropped and served by the interval.
+	maxWakeups = 4096
+)
+
+// Poller claims deliverable events from the outbox table with a lease and
+// hands them to a Handler, normally the dispatcher's cold queue. It never
+// claims more than the handler can take, and releases at once the leases of
+// events the handler refuses.
+//
+// A Poller is safe for concurrent use. Its lifecycle is New, Start, Close;
+// PollOnce runs one cycle without Start.
+type Poller struct {
+	cfg Config
+	log zerolog.Logger
+
+	loop lifecycle.Loop
+
+	mu   sync.Mutex
+	due  wakeups       // requested poll times, earliest first
+	wake chan struct{} // capacity 1: coalesces wake-ups
+}
+
+// New validates cfg and returns a Poller. Bad configuration returns an error
+// matching core.ErrInvalid. If cfg.Handler has a NotifyDue(func(time.Time))
+// method, New subscribes the poller's WakeAt to it.
+func New(cfg Config) (*Poller, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p := &Poller{
+		cfg:  cfg,
+		log:  cfg.Logger.With().Str("component", "outbox.poller").Logger(),
+		wake: make(chan struct{}, 1),
+	}
+	if n, ok := cfg.Handler.(interface{ NotifyDue(func(time.Time)) }); ok {
+		n.NotifyDue(p.WakeAt)
+	}
+	return p, nil
+}
+
+// Owner returns the lease owner token the poller claims with.
+func (p *Poller) Owner() string { return p.cfg.Owner }
+
+// Start launches the polling loop and returns at once; the first poll runs
+// immediately. It returns core.ErrAlreadyStarted if the poller was started
+// before and core.ErrClosed after Close. Cancelling ctx stops the poller as
+// Close does.
+func (p *Poller) Start(ctx context.Context) error {
+	return p.loop.Start(ctx, p.run)
+}
+
+// Close stops the poller: no cycle starts after it is called, and a cycle in
+// progress finishes (its claimed events are handed over or released) unless
+// ctx is done first, which cancels it. Close returns when the polling
+// goroutine has exited. It is idempotent and safe to call concurrently, and
+// always returns nil.
+func (p *Poller) Close(ctx context.Context) error { return p.loop.Close(ctx) }
+
+// Wake asks for a poll now. It never blocks; wake-ups requested while one is
+// pending coalesce into one poll.
+func (p *Poller) Wake() { p.WakeAt(time.Time{}) }
+
+// WakeAt asks for a poll at t (a zero or past t means now), earlier than the
+// interval would run it. It never blocks. Every pending request is kept (up
+// to 4096; later ones wait for the interval): a poll serves the requests due
+// by then, and the next one runs at the earliest request left. The
+// dispatcher calls it when a retry falls due.
+func (p *Poller) WakeAt(t time.Time) {
+	now := p.cfg.Now()
+	if t.Before(now) {
+		t = now
+	} else {
+		t = t.Add(dueSlack)
+	}
+	p.mu.Lock()
+	earliest := p.due.add(t)
+	p.mu.Unlock()
+	if earliest {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// PollOnce runs one cycle: it claims up to min(BatchSize, the handler's
+// capacity) due events, marks undecodable ones DEAD, hands the rest to the
+// handler and releases those it refuses. It returns how many events the
+// handler took. It returns core.ErrClosed after Close; a failed claim returns
+// an error and changes nothing.
+func (p *Poller) PollOnce(ctx context.Context) (int, error) {
+	if p.loop.Closed() {
+		return 0, core.ErrClosed
+	}
+	c, err := p.poll(ctx)
+	return c.taken, err
+}
+
+// cycle is what one poll did.
+type cycle struct {
+	skipped bool // the handler had no capacity
+	full    bool // the claim returned as many rows as asked: a backlog is likely
+	taken   int  // events the handler took
+}
+
+func (p *Poller) poll(ctx context.Context) (cycle, error) {
+	var c cycle
+	capacity := p.cfg.Handler.ColdCapacity()
+	if capacity <= 0 {
+		c.skipped = true
+		return c, nil
+	}
+	limit := min(p.cfg.BatchSize, capacity)
+	now := p.cfg.Now()
+	cctx, cancelClaim := context.WithTimeout(ctx, p.cfg.ClaimTimeout)
+	defer cancelClaim()
+	events, bad, err := p.cfg.Store.Claim(cctx, p.cfg.DB, core.ClaimParams{
+		Owner:        p.cfg.Owner,
+		Now:          now,
+		LeaseTimeout: p.cfg.LeaseTimeout,
+		SkipRecent:   p.cfg.SkipRecent,
+		Limit:        limit,
+	})
+	if err != nil {
+		p.cfg.Metrics.StoreError()
+		return c, fmt.Errorf("claim events: %w", err)
+	}
+
+	// What follows must happen even if ctx is cancelled now: the rows are
+	// leased by us.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), followUpTimeout)
+	defer cancel()
+	var errs []error
+	for _, b := range bad {
+		p.log.Error().Str("event_id", b.ID).Err(b.Err).Msg("outbox event cannot be decoded; marking DEAD")
+		p.cfg.Metrics.DispatchDead()
+		if _, err := p.cfg.Store.MarkDead(fctx, p.cfg.DB, p.cfg.Owner, b.ID, now, core.TruncateError(b.Error())); err != nil {
+			p.cfg.Metrics.StoreError()
+			errs = append(errs, fmt.Errorf("mark undecodable event %s dead: %w", b.ID, err))
+		}
+	}
+	var refused []string
+	for _, ev := range events {
+		ev.LockedBy = p.cfg.Owner // the dispatcher fences its write-backs with it
+		if ev.LockedAt.IsZero() {
+			ev.LockedAt = now
+		}
+		if p.cfg.Handler.EnqueueCold(ev) {
+			c.taken++
+		} else {
+			refused = append(refused, ev.ID())
+		}
+	}
+	// A batch the handler refused entirely is no backlog to chase: polling
+	// again at once would only claim the same rows again.
+	c.full = len(events)+len(bad) >= limit && (c.taken > 0 || len(events) == 0)
+	if len(refused) > 0 {
+		if _, err := p.cfg.Store.Release(fctx, p.cfg.DB, p.cfg.Owner, refused); err != nil {
+			p.cfg.Metrics.StoreError()
+			errs = append(errs, fmt.Errorf("release %d refused events: %w", len(refused), err))
+		}
+	}
+	if len(events)+len(bad) > 0 {
+		p.log.Debug().Int("claimed", len(events)+len(bad)).Int("enqueued", c.taken).
+			Int("refused", len(refused)).Int("undecodable", len(bad)).Msg("outbox poll")
+	}
+	return c, errors.Join(errs...)
+}
+
+// run is the polling loop.
+func (p *Poller) run(ctx context.Context, stop <-chan struct{}) {
+	var (
+		backlog  bool
+		failures int
+	)
+	for {
+		c, err := p.poll(ctx)
+		var wait time.Duration
+		switch {
+		case err != nil:
+			if ctx.Err() != nil {
+				return // Close gave up waiting
+			}
+			failures++
+			wait = min(p.cfg.Interval, errorBackoff<<min(failures-1, 16))
+			p.log.Error().Err(err).Int("consecutive_failures", failures).Dur("retry_in", wait).Msg("outbox poll failed")
+		case c.skipped && backlog:
+			failures, wait = 0, backlogPause
+		case c.skipped:
+			failures, wait = 0, p.cfg.Interval
+		case c.full:
+			// Drain a backlog fast: poll again at once.
+			failures, backlog, wait = 0, true, 0
+		default:
+			failures, backlog, wait = 0, false, p.cfg.Interval
+		}
+		if !p.sleep(stop, wait) {
+			return
+		}
+	}
+}
+
+// sleep waits for wait, or less if a wake-up is due earlier. It returns false
+// when the poller is stopping.
+func (p *Poller) sleep(stop <-chan struct{}, wait time.Duration) bool {
+	deadline := p.cfg.Now().Add(wait)
+	for {
+		select {
+		case <-stop:
+			return false
+		default:
+		}
+		target := deadline
+		p.mu.Lock()
+		if next, ok := p.due.first(); ok && next.Before(target) {
+			target = next
+		}
+		p.mu.Unlock()
+		d := target.Sub(p.cfg.Now())
+		if d <= 0 {
+			p.dueReached(target)
+			return true
+		}
+		timer := time.NewTimer(d)
+		select {
+		case <-stop:
+			timer.Stop()
+			return false
+		case <-p.wake:
+			timer.Stop() // recompute the target
+		case <-timer.C:
+			p.dueReached(target)
+			return true
+		}
+	}
+}
+
+// dueReached drops the wake-up requests a poll at target serves.
+func (p *Poller) dueReached(target time.Time) {
+	p.mu.Lock()
+	p.due.removeThrough(target)
+	p.mu.Unlock()
+}
+
+// wakeups is a min-heap of requested poll times.
+type wakeups []time.Time
+
+func (w wakeups) Len() int           { return len(w) }
+func (w wakeups) Less(i, j int) bool { return w[i].Before(w[j]) }
+func (w wakeups) Swap(i, j int)      { w[i], w[j] = w[j], w[i] }
+func (w *wakeups) Push(x any)        { *w = append(*w, x.(time.Time)) }
+func (w *wakeups) Pop() any {
+	old := *w
+	t := old[len(old)-1]
+	*w = old[:len(old)-1]
+	return t
+}
+
+// add records a request for t and reports whether it is now the earliest.
+// When maxWakeups are pending, t is dropped: the interval serves it.
+func (w *wakeups) add(t time.Time) bool {
+	if len(*w) >= maxWakeups {
+		return false
+	}
+	heap.Push(w, t)
+	return !(*w)[0].Before(t)
+}
+
+func (w wakeups) first() (time.Time, bool) {
+	if len(w) == 0 {
+		return time.Time{}, false
+	}
+	return w[0], true
+}
+
+// removeThrough drops the requests at or before t.
+func (w *wakeups) removeThrough(t time.Time) {
+	for len(*w) > 0 && !(*w)[0].After(t) {
+		heap.Pop(w)
+	}
+}

@@ -1,0 +1,28 @@
+// Package purge deletes old terminal rows (DONE and DEAD) from the outbox
+// table, so that it stays a small buffer rather than an ever-growing archive.
+// Archive events in a listener if you need them for audit.
+//
+// A Purger runs in the background (Start/Close) or once per call (RunOnce,
+// for cron-style use). Each run computes its cutoffs once — now minus
+// Config.Retention for DONE rows, now minus Config.DeadRetention for DEAD rows
+// — and deletes in batches of Config.BatchSize until a batch comes back short.
+// Every batch is its own short statement on the pool with its own
+// Config.QueryTimeout, so no run holds locks for long and an interrupted run
+// loses nothing: the next one picks up where it stopped.
+//
+// Rows that are NEW or RETRY are never touched, whatever their age; a row's
+// age is measured from done_at, the time it became terminal.
+//
+// DEAD rows wait for an operator (see package dead), so they may deserve a
+// longer retention than DONE rows: set Config.DeadRetention, or
+// Config.KeepDead to keep them until someone replays or deletes them.
+//
+//	p, err := purge.New(purge.Config{Purger: store, DB: db, Logger: log})
+//	if err != nil {
+//		return err
+//	}
+//	if err := p.Start(ctx); err != nil {
+//		return err
+//	}
+//	defer p.Close(context.Background())
+package purge

@@ -1,0 +1,251 @@
+package purge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/lifecycle"
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultRetention    = 7 * 24 * time.Hour
+	DefaultBatchSize    = 500
+	DefaultInterval     = time.Hour
+	DefaultQueryTimeout = 30 * time.Second
+)
+
+// jitterFraction spreads the runs of several instances: each wait is the
+// interval plus or minus this fraction of it.
+const jitterFraction = 10
+
+// Config configures a Purger. The zero value of every optional field means
+// the default stated in its comment; New validates the rest.
+type Config struct {
+	// Purger deletes the rows; every store implements it. Required.
+	Purger core.Purger
+	// DB is the pool (*sql.DB, *sqlx.DB) each batch runs on as its own
+	// statement. Required.
+	DB core.DBTX
+
+	// Retention is how long DONE rows are kept after delivery. Default 7 days.
+	Retention time.Duration
+	// DeadRetention is how long DEAD rows are kept after they died. Default:
+	// Retention. It must be zero when KeepDead is set.
+	DeadRetention time.Duration
+	// KeepDead keeps DEAD rows forever: only DONE rows are purged. Use it when
+	// dead events must wait for an operator however long that takes.
+	KeepDead bool
+
+	// BatchSize caps the rows one statement deletes. Smaller batches hold
+	// locks for less time. Default 500.
+	BatchSize int
+	// Interval is the time between two background runs; each wait is
+	// jittered by ±10% so that instances started together drift apart.
+	// Default 1 hour.
+	Interval time.Duration
+	// QueryTimeout bounds each batch statement. Default 30 s.
+	QueryTimeout time.Duration
+
+	// Logger receives a line at info level for each run that deleted rows,
+	// and the errors of background runs. Default: the zero (silent) logger;
+	// the global logger is never used.
+	Logger zerolog.Logger
+	// Now returns the current time, from which the cutoffs are computed.
+	// Default: time.Now.
+	Now func() time.Time
+}
+
+func invalid(reason string, args ...any) error {
+	return &core.ValidationError{Field: "purge config", Reason: fmt.Sprintf(reason, args...)}
+}
+
+func (c Config) withDefaults() (Config, error) {
+	switch {
+	case c.Purger == nil:
+		return c, invalid("Purger is nil")
+	case c.DB == nil:
+		return c, invalid("DB is nil")
+	case c.Retention < 0:
+		return c, invalid("Retention is negative")
+	case c.DeadRetention < 0:
+		return c, invalid("DeadRetention is negative (set KeepDead to keep DEAD rows)")
+	case c.KeepDead && c.DeadRetention != 0:
+		return c, invalid("KeepDead and DeadRetention are both set")
+	case c.BatchSize < 0:
+		return c, invalid("BatchSize is negative")
+	case c.Interval < 0:
+		return c, invalid("Interval is negative")
+	case c.QueryTimeout < 0:
+		return c, invalid("QueryTimeout is negative")
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.DeadRetention == 0 && !c.KeepDead {
+		c.DeadRetention = c.Retention
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.Interval == 0 {
+		c.Interval = DefaultInterval
+	}
+	if c.QueryTimeout == 0 {
+		c.QueryTimeout = DefaultQueryTimeout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c, nil
+}
+
+// Purger deletes old DONE and DEAD rows, in the background between Start and
+// Close or once per RunOnce call. It is safe for concurrent use; a Purger
+// cannot be restarted after Close.
+type Purger struct {
+	cfg Config
+	log zerolog.Logger
+
+	loop lifecycle.Loop
+
+	// afterRun, when set (by tests), is called by the loop after every run.
+	afterRun func(deleted int64, err error)
+}
+
+// New validates cfg and returns a Purger. Bad configuration returns an error
+// matching core.ErrInvalid.
+func New(cfg Config) (*Purger, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Purger{
+		cfg: cfg,
+		log: cfg.Logger.With().Str("component", "outbox.purge").Logger(),
+	}, nil
+}
+
+// Start launches the background loop and returns at once: a first run
+// starts immediately, then one every Config.Interval (jittered). Errors of
+// background runs are logged, never returned; the next run retries. Start
+// returns core.ErrAlreadyStarted if the purger was started before and
+// core.ErrClosed after Close. Cancelling ctx stops the loop as Close does.
+func (p *Purger) Start(ctx context.Context) error {
+	return p.loop.Start(ctx, p.background)
+}
+
+// Close stops the purger: no run or batch starts after it is called, and a
+// batch in progress finishes unless ctx is done first, which cancels it. An
+// interrupted run loses nothing; the rows it did not reach wait for the next
+// run. Close returns when the background goroutine has exited. It is
+// idempotent, safe to call concurrently, and always returns nil.
+func (p *Purger) Close(ctx context.Context) error { return p.loop.Close(ctx) }
+
+// RunOnce runs one purge on the caller's goroutine, whether or not the
+// background loop runs: it deletes DONE rows older than Config.Retention and
+// (unless Config.KeepDead) DEAD rows older than Config.DeadRetention, batch
+// after batch until a batch deletes fewer than Config.BatchSize rows. It
+// returns how many rows it deleted. On a failed batch it stops and returns
+// the rows deleted so far with the error. After Close it returns
+// core.ErrClosed.
+func (p *Purger) RunOnce(ctx context.Context) (int64, error) {
+	if p.loop.Closed() {
+		return 0, core.ErrClosed
+	}
+	return p.run(ctx, nil)
+}
+
+func (p *Purger) background(ctx context.Context, stop <-chan struct{}) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-timer.C:
+		}
+		n, err := p.run(ctx, stop)
+		if err != nil && !stopping(ctx, stop) {
+			p.log.Error().Err(err).Int64("deleted", n).Msg("outbox purge failed; retrying at the next run")
+		}
+		if p.afterRun != nil {
+			p.afterRun(n, err)
+		}
+		timer.Reset(p.nextWait())
+	}
+}
+
+// stopping reports whether an error is just the shutdown interrupting a run.
+func stopping(ctx context.Context, stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return ctx.Err() != nil
+	}
+}
+
+func (p *Purger) nextWait() time.Duration {
+	j := p.cfg.Interval / jitterFraction
+	return p.cfg.Interval - j + rand.N(2*j+1)
+}
+
+// run deletes batch after batch until a short batch, a failure, or stop.
+func (p *Purger) run(ctx context.Context, stop <-chan struct{}) (int64, error) {
+	started := time.Now()
+	now := p.cfg.Now()
+	params := core.PurgeParams{DoneBefore: now.Add(-p.cfg.Retention), Limit: p.cfg.BatchSize}
+	if !p.cfg.KeepDead {
+		params.DeadBefore = now.Add(-p.cfg.DeadRetention)
+	}
+	var total int64
+	batches := 0
+	for {
+		n, err := p.batch(ctx, params)
+		total += n
+		batches++
+		if err != nil {
+			return total, fmt.Errorf("purge batch %d (%d rows deleted before it): %w", batches, total-n, err)
+		}
+		if n < int64(p.cfg.BatchSize) {
+			break
+		}
+		select {
+		case <-stop:
+			p.logDeleted(total, batches, started, params)
+			return total, nil
+		default:
+		}
+	}
+	p.logDeleted(total, batches, started, params)
+	return total, nil
+}
+
+func (p *Purger) batch(ctx context.Context, params core.PurgeParams) (int64, error) {
+	bctx, cancel := context.WithTimeout(ctx, p.cfg.QueryTimeout)
+	defer cancel()
+	n, err := p.cfg.Purger.Purge(bctx, p.cfg.DB, params)
+	if err != nil && ctx.Err() == nil && errors.Is(bctx.Err(), context.DeadlineExceeded) {
+		return n, fmt.Errorf("query timeout of %s exceeded: %w", p.cfg.QueryTimeout, err)
+	}
+	return n, err
+}
+
+func (p *Purger) logDeleted(total int64, batches int, started time.Time, params core.PurgeParams) {
+	if total == 0 {
+		return
+	}
+	ev := p.log.Info().Int64("deleted", total).Int("batches", batches).
+		Dur("took", time.Since(started)).Time("done_before", params.DoneBefore)
+	if !params.DeadBefore.IsZero() {
+		ev = ev.Time("dead_before", params.DeadBefore)
+	}
+	ev.Msg("outbox purge deleted terminal events")
+}

@@ -1,0 +1,377 @@
+package reliability
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testdb"
+	"github.com/outboxkit/outbox/reliability/internal/chaos"
+)
+
+// proc is a helper process (reliability/internal/chaosnode) the test
+// supervises. Its stdout lines are collected; it is killed and reaped when
+// the test ends if it is still running.
+type proc struct {
+	name   string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stderr syncBuffer
+	exited chan struct{} // closed once Wait has returned
+	err    error         // Wait's result, set before exited is closed
+	owner  string        // a worker's lease owner token, from its ready line
+
+	mu      sync.Mutex
+	lines   []string
+	changed chan struct{}
+}
+
+// syncBuffer is a bytes.Buffer safe for the writes of exec's copying
+// goroutine and the reads of the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func startProc(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: exec.Command(helperBinary(t), args...), exited: make(chan struct{}), changed: make(chan struct{})}
+	p.cmd.Stderr = &p.stderr
+	stdin, err := p.cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.stdin = stdin
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { // owned through p.exited, which the cleanup below waits for
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.lines = append(p.lines, sc.Text())
+			close(p.changed)
+			p.changed = make(chan struct{})
+			p.mu.Unlock()
+		}
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		<-p.exited
+	})
+	return p
+}
+
+// kill SIGKILLs the process unless it has exited.
+func (p *proc) kill() {
+	select {
+	case <-p.exited:
+	default:
+		_ = p.cmd.Process.Kill()
+	}
+}
+
+// line waits for a stdout line starting with prefix and returns it.
+func (p *proc) line(t *testing.T, prefix string, timeout time.Duration) string {
+	t.Helper()
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		p.mu.Lock()
+		for _, l := range p.lines {
+			if strings.HasPrefix(l, prefix) {
+				p.mu.Unlock()
+				return l
+			}
+		}
+		ch := p.changed
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-p.exited:
+			p.mu.Lock()
+			lines := p.lines
+			p.mu.Unlock()
+			for _, l := range lines {
+				if strings.HasPrefix(l, prefix) {
+					return l
+				}
+			}
+			t.Fatalf("%s exited (%v) without printing %q; stderr:\n%s", p.name, p.err, prefix, p.stderr.String())
+		case <-deadline.C:
+			t.Fatalf("%s printed no %q within %s; stderr:\n%s", p.name, prefix, timeout, p.stderr.String())
+		}
+	}
+}
+
+// stop asks the process to shut down cleanly and waits for it.
+func (p *proc) stop(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(timeout):
+		p.kill()
+		<-p.exited
+		t.Errorf("%s did not stop within %s of SIGTERM; stderr:\n%s", p.name, timeout, p.stderr.String())
+		return
+	}
+	if p.err != nil {
+		t.Errorf("%s: %v; stderr:\n%s", p.name, p.err, p.stderr.String())
+	}
+	checkRaces(t, p)
+}
+
+// checkRaces fails the test if the race detector (helper built with -race)
+// reported anything in p.
+func checkRaces(t *testing.T, p *proc) {
+	t.Helper()
+	if out := p.stderr.String(); strings.Contains(out, "WARNING: DATA RACE") {
+		t.Errorf("%s: data race:\n%s", p.name, out)
+	}
+}
+
+// crashRun is one crash scenario on one database.
+type crashRun struct {
+	dialect, dsn string
+	db           *sql.DB // the test's own pool, for checks
+	outbox       string
+	deliveries   chaos.Deliveries
+	workersPer   int // dispatcher workers per process
+	lease        time.Duration
+	work         time.Duration // listener time per event
+	coldQueue    int           // small enough that no event waits in it for a lease
+}
+
+func (r *crashRun) startWorker(t *testing.T, n int) *proc {
+	t.Helper()
+	p := startProc(t, fmt.Sprintf("worker-%d", n), "-role", "worker", "-dialect", r.dialect, "-dsn", r.dsn,
+		"-table", r.outbox, "-deliveries", r.deliveries.Table(), "-workers", fmt.Sprint(r.workersPer),
+		"-lease", r.lease.String(), "-interval", "100ms", "-cold", fmt.Sprint(r.coldQueue), "-work", r.work.String(), "-v")
+	ready := p.line(t, "ready ", time.Minute)
+	p.owner = strings.TrimPrefix(ready, "ready ")
+	return p
+}
+
+// TestCrash: three worker processes and one writer process on one database;
+// a supervisor SIGKILLs a random worker every few seconds and restarts it.
+// Every event must end DONE, delivered at least once (the listener counts its
+// deliveries in the database, in its own transaction), and events delivered
+// twice must be among those the killed workers held when they died.
+func TestCrash(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range []string{"postgres", "mysql", "sqlite"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			// The listener works 15 ms per event, so the twelve workers are
+			// busy about a third of the time and a kill finds events in flight.
+			r := &crashRun{dialect: dialect, workersPer: 4, lease: 3 * time.Second, work: 15 * time.Millisecond, coldQueue: 100}
+			events, rate := cfg.crashEvents, cfg.crashRate
+			switch dialect {
+			case "sqlite":
+				// Four processes share one file and its single writer lock.
+				// Each process has one connection and they share one write
+				// lock: a few hundred events a second in all, so a short
+				// cold queue keeps queued events well within their lease.
+				events, rate, r.work, r.coldQueue = events/3, rate/3, 2*time.Millisecond, 20
+				r.dsn = filepath.Join(t.TempDir(), "crash.db")
+				db, err := chaos.Open("sqlite", r.dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = db.Close() })
+				st, err := chaos.NewStore("sqlite", testdb.UniqueName("crash"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := st.CreateSchema(context.Background(), db); err != nil {
+					t.Fatal(err)
+				}
+				r.db, r.outbox = db, st.Table()
+			default:
+				tg := testdb.Open(t, dialect)
+				env := testdb.PostgresEnv
+				if dialect == "mysql" {
+					env = testdb.MySQLEnv
+				}
+				r.dsn, r.db, r.outbox = os.Getenv(env), tg.DB, tg.Table
+			}
+			runCrash(t, r, events, rate)
+		})
+	}
+}
+
+func runCrash(t *testing.T, r *crashRun, events int, rate float64) {
+	ctx := context.Background()
+	var err error
+	r.deliveries, err = chaos.NewDeliveries(r.dialect, testdb.UniqueName("deliv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.deliveries.Create(ctx, r.db); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := cleanupCtx()
+		defer cancel()
+		if err := r.deliveries.Drop(ctx, r.db); err != nil {
+			t.Error(err)
+		}
+	})
+
+	start := time.Now()
+	workers := make([]*proc, 3)
+	var all []*proc // every worker process, killed or not
+	for i := range workers {
+		workers[i] = r.startWorker(t, len(all))
+		all = append(all, workers[i])
+	}
+	writer := startProc(t, "writer", "-role", "writer", "-dialect", r.dialect, "-dsn", r.dsn, "-table", r.outbox,
+		"-events", fmt.Sprint(events), "-rate", fmt.Sprint(rate), "-concurrency", "4", "-per-tx", "5")
+
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	jitter := func() time.Duration {
+		return time.Duration(float64(cfg.crashKillEvery) * (0.5 + rng.Float64()))
+	}
+	kills, heldAtKills := 0, 0
+	timer := time.NewTimer(jitter())
+	defer timer.Stop()
+	writerExited := writer.exited
+	for writerExited != nil || kills < cfg.crashMinKills {
+		select {
+		case <-writerExited:
+			writerExited = nil // a nil channel never fires again
+		case <-timer.C:
+			i := rng.IntN(len(workers))
+			victim := workers[i]
+			victim.kill()
+			<-victim.exited
+			checkRaces(t, victim)
+			// What the dead worker held is exactly what it had claimed and
+			// not finished: the only events it can have delivered without
+			// recording the outcome.
+			held, err := chaos.LeasedBy(ctx, r.db, r.dialect, r.outbox, victim.owner)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kills++
+			heldAtKills += held
+			workers[i] = r.startWorker(t, len(all))
+			all = append(all, workers[i])
+			timer.Reset(jitter())
+		}
+	}
+	checkRaces(t, writer)
+	writeLine := writer.line(t, "written=", time.Second)
+	if writer.err != nil {
+		t.Fatalf("writer: %v; stderr:\n%s", writer.err, writer.stderr.String())
+	}
+	var written, retries, ambiguous int
+	if _, err := fmt.Sscanf(writeLine, "written=%d retries=%d ambiguous=%d", &written, &retries, &ambiguous); err != nil {
+		t.Fatalf("writer output %q: %v", writeLine, err)
+	}
+	if written != events {
+		t.Fatalf("writer wrote %d events, want %d", written, events)
+	}
+	writeTime := time.Since(start)
+
+	waitUntil(t, 3*time.Minute, 200*time.Millisecond, fmt.Sprintf("%d DONE rows", events), func() (bool, error) {
+		c, err := chaos.StatusCounts(ctx, r.db, r.outbox)
+		return err == nil && c[core.StatusDone] == events, err
+	})
+	total := time.Since(start)
+	for _, w := range workers {
+		w.stop(t, time.Minute)
+	}
+
+	counts, err := chaos.StatusCounts(ctx, r.db, r.outbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := r.deliveries.Summarize(ctx, r.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost, err := r.deliveries.Lost(ctx, r.db, r.outbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strays, err := r.deliveries.Strays(ctx, r.db, r.outbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the workers logged (warnings and errors only).
+	var fenced, failed int
+	var samples []string
+	for _, p := range all {
+		for _, l := range strings.Split(p.stderr.String(), "\n") {
+			switch {
+			case !strings.Contains(l, "write-back"):
+				continue
+			case strings.Contains(l, "fenced"):
+				fenced++
+			case strings.Contains(l, "failed"):
+				failed++
+			default:
+				continue
+			}
+			if len(samples) < 5 {
+				samples = append(samples, l)
+			}
+		}
+	}
+	t.Logf("crash %s (%s): %d events in %s (written in %s), %d kills, %d events held by the killed workers, "+
+		"%d lost, %d duplicated events (%d extra deliveries), write-backs fenced %d, failed %d, writer retries %d (ambiguous commits %d)",
+		r.dialect, cfg.name, events, total.Round(100*time.Millisecond), writeTime.Round(100*time.Millisecond),
+		kills, heldAtKills, lost, sum.Duplicated, sum.Extra(), fenced, failed, retries, ambiguous)
+
+	if counts[core.StatusDone] != events || len(counts) != 1 {
+		t.Errorf("rows by status %v, want %d DONE and nothing else", counts, events)
+	}
+	if lost != 0 || sum.Events != events || strays != 0 {
+		t.Errorf("%d events lost, %d delivered of %d, %d stray deliveries", lost, sum.Events, events, strays)
+	}
+	if kills < cfg.crashMinKills {
+		t.Errorf("only %d kills, want at least %d", kills, cfg.crashMinKills)
+	}
+	// A duplicate needs a listener that committed in a worker killed before
+	// its DONE was written (the dispatcher batches DONE writes, so that is
+	// up to a batch per kill, not one per worker): such an event was still
+	// leased by the killed worker when it died. Any other duplicate comes
+	// from a live worker's lost lease, which its fenced write-back shows.
+	if sum.Duplicated > heldAtKills+fenced {
+		t.Errorf("%d duplicated events, more than the %d held by killed workers and %d fenced write-backs; worker logs:\n%s",
+			sum.Duplicated, heldAtKills, fenced, strings.Join(samples, "\n"))
+	}
+}

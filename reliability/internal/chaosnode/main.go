@@ -1,0 +1,264 @@
+// Command chaosnode is the helper process of the reliability crash test: a
+// worker (a Dispatcher and a Poller whose listener records each delivery in
+// the deliveries table, in its own transaction) or a writer (inserts events
+// in business transactions, retrying failed ones as an application would).
+// The test builds it, starts three workers and one writer on one database,
+// and SIGKILLs workers while they run.
+//
+// Protocol: a worker prints "ready <owner>" once it delivers, and shuts down
+// cleanly on SIGTERM or when its stdin closes (the supervisor died), printing
+// "stopped delivered=<n>". A writer prints "written=<n> retries=<n>
+// ambiguous=<n>" when it is done. Errors go to stderr; the exit status is 0
+// only after a clean run.
+package main
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/dispatch"
+	"github.com/outboxkit/outbox/poller"
+	"github.com/outboxkit/outbox/reliability/internal/chaos"
+	"github.com/outboxkit/outbox/txctx"
+)
+
+type options struct {
+	role, dialect, dsn, table, deliveries string
+
+	// worker
+	workers, coldQueue, batch int
+	lease, interval, work     time.Duration
+	maxAttempts               int
+	verbose                   bool
+
+	// writer
+	events, concurrency, perTx int
+	rate                       float64
+}
+
+func main() {
+	var o options
+	flag.StringVar(&o.role, "role", "", "worker or writer")
+	flag.StringVar(&o.dialect, "dialect", "", "postgres, mysql or sqlite")
+	flag.StringVar(&o.dsn, "dsn", "", "data source name (sqlite: file path)")
+	flag.StringVar(&o.table, "table", "", "outbox table")
+	flag.StringVar(&o.deliveries, "deliveries", "", "deliveries table (worker)")
+	flag.IntVar(&o.workers, "workers", 4, "dispatcher workers")
+	flag.IntVar(&o.coldQueue, "cold", 100, "cold queue size")
+	flag.IntVar(&o.batch, "batch", 50, "poller batch size")
+	flag.DurationVar(&o.lease, "lease", 3*time.Second, "poller lease timeout")
+	flag.DurationVar(&o.interval, "interval", 100*time.Millisecond, "poll interval")
+	flag.DurationVar(&o.work, "work", 0, "time the listener spends in its transaction, as business work would")
+	flag.IntVar(&o.maxAttempts, "max-attempts", 1000, "dispatcher MaxAttempts")
+	flag.BoolVar(&o.verbose, "v", false, "log the outbox's warnings to stderr")
+	flag.IntVar(&o.events, "events", 1000, "events to write (writer)")
+	flag.IntVar(&o.concurrency, "concurrency", 4, "concurrent writing goroutines (writer)")
+	flag.IntVar(&o.perTx, "per-tx", 5, "events per business transaction (writer)")
+	flag.Float64Var(&o.rate, "rate", 0, "events per second, 0 for no limit (writer)")
+	flag.Parse()
+
+	var err error
+	switch o.role {
+	case "worker":
+		err = runWorker(o)
+	case "writer":
+		err = runWriter(o)
+	default:
+		err = fmt.Errorf("-role must be worker or writer, not %q", o.role)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaosnode:", err)
+		os.Exit(1)
+	}
+}
+
+func open(o options) (*sql.DB, chaos.Store, error) {
+	db, err := chaos.Open(o.dialect, o.dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	if o.dialect != "sqlite" {
+		db.SetMaxOpenConns(o.workers + 3)
+		db.SetMaxIdleConns(o.workers + 3)
+	}
+	st, err := chaos.NewStore(o.dialect, o.table)
+	if err != nil {
+		_ = db.Close()
+		return nil, nil, err
+	}
+	return db, st, nil
+}
+
+func runWorker(o options) error {
+	db, st, err := open(o)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	deliveries, err := chaos.NewDeliveries(o.dialect, o.deliveries)
+	if err != nil {
+		return err
+	}
+	owner := core.NewOwner()
+	var delivered atomic.Int64
+	reg := core.NewRegistry()
+	err = reg.RegisterFunc(chaos.Aggregate, chaos.EventType, func(ctx context.Context, ev core.Event) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := deliveries.Record(ctx, tx, ev.ID(), owner); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		if o.work > 0 {
+			time.Sleep(o.work) // the business work of the listener
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		delivered.Add(1)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	logger := zerolog.Nop()
+	if o.verbose {
+		logger = zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Str("owner", owner).Logger()
+	}
+	d, err := dispatch.New(dispatch.Config{
+		Store: st, DB: db, Registry: reg, Owner: owner,
+		Workers: o.workers, ColdQueueSize: o.coldQueue, MaxAttempts: o.maxAttempts,
+		Retry: chaos.Backoff(), Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	p, err := poller.New(poller.Config{
+		Store: st, DB: db, Handler: d,
+		LeaseTimeout: o.lease, Interval: o.interval, BatchSize: o.batch, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	if err := d.Start(ctx); err != nil {
+		return err
+	}
+	if err := p.Start(ctx); err != nil {
+		_ = d.Close(ctx)
+		return err
+	}
+	fmt.Printf("ready %s\n", owner)
+
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	orphaned := make(chan struct{})
+	go func() { // ends with the process: it only watches stdin
+		_, _ = io.Copy(io.Discard, bufio.NewReader(os.Stdin))
+		close(orphaned)
+	}()
+	select {
+	case <-stop:
+	case <-orphaned:
+	}
+	errP := p.Close(ctx)
+	errD := d.Close(ctx)
+	fmt.Printf("stopped delivered=%d\n", delivered.Load())
+	return errors.Join(errP, errD)
+}
+
+func runWriter(o options) error {
+	db, st, err := open(o)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	w, err := core.NewWriter(core.WriterConfig{Store: st})
+	if err != nil {
+		return err
+	}
+	txm, err := txctx.New(db, txctx.Config{})
+	if err != nil {
+		return err
+	}
+	var (
+		next                        atomic.Int64 // events handed out so far
+		written, retries, ambiguous atomic.Int64
+		wg                          sync.WaitGroup
+		start                       = time.Now()
+		errMu                       sync.Mutex
+		firstErr                    error
+	)
+	for range o.concurrency {
+		wg.Go(func() {
+			for {
+				n := int(next.Add(int64(o.perTx)))
+				first := n - o.perTx
+				if first >= o.events {
+					return
+				}
+				count := min(o.perTx, o.events-first)
+				if o.rate > 0 {
+					// Pace by the schedule: event i is due at start + i/rate.
+					due := start.Add(time.Duration(float64(first) / o.rate * float64(time.Second)))
+					if d := time.Until(due); d > 0 {
+						time.Sleep(d)
+					}
+				}
+				envs := make([]core.Envelope, count)
+				for i := range envs {
+					env, err := core.NewEnvelope(core.EnvelopeSpec{
+						Type: chaos.EventType, AggregateType: chaos.Aggregate,
+						AggregateID: fmt.Sprint(first + i),
+						JSON:        fmt.Appendf(nil, `{"n":%d}`, first+i),
+					})
+					if err != nil {
+						errMu.Lock()
+						firstErr = cmpErr(firstErr, err)
+						errMu.Unlock()
+						return
+					}
+					envs[i] = env
+				}
+				r, amb, err := chaos.WriteWithRetry(txm, w, envs)
+				retries.Add(int64(r))
+				if amb {
+					ambiguous.Add(1)
+				}
+				if err != nil {
+					errMu.Lock()
+					firstErr = cmpErr(firstErr, err)
+					errMu.Unlock()
+					return
+				}
+				written.Add(int64(count))
+			}
+		})
+	}
+	wg.Wait()
+	fmt.Printf("written=%d retries=%d ambiguous=%d\n", written.Load(), retries.Load(), ambiguous.Load())
+	return firstErr
+}
+
+func cmpErr(old, err error) error {
+	if old != nil {
+		return old
+	}
+	return err
+}

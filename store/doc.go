@@ -1,0 +1,9 @@
+// Package store picks the outbox store for a database handle: Detect looks at
+// the handle's driver (pgx, go-sql-driver/mysql or modernc.org/sqlite) and
+// returns the matching store from store/postgres, store/mysql or
+// store/sqlite.
+//
+// Importing this package links all three stores and their drivers into the
+// program. A program that uses one database should import that store package
+// directly (store/postgres, store/mysql or store/sqlite) and call its New.
+package store

@@ -1,0 +1,151 @@
+package sqlstore
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ClaimStrategy is the shape of the claim statement(s).
+type ClaimStrategy int
+
+const (
+	// ClaimReturning is one statement:
+	// UPDATE ... WHERE event_id IN (SELECT ... LIMIT n [FOR UPDATE SKIP LOCKED]) RETURNING ...
+	// (PostgreSQL, SQLite).
+	ClaimReturning ClaimStrategy = iota
+	// ClaimUpdateThenSelect is UPDATE ... ORDER BY ... LIMIT n setting the
+	// lease, then a SELECT of the rows by lease owner and lease time (MySQL,
+	// TiDB, MariaDB before 10.6).
+	ClaimUpdateThenSelect
+	// ClaimSelectForUpdate is, in one transaction, SELECT ... ORDER BY ...
+	// LIMIT n FOR UPDATE SKIP LOCKED, then UPDATE of those ids (MySQL 8,
+	// MariaDB 10.6+).
+	ClaimSelectForUpdate
+)
+
+// String names the strategy.
+func (c ClaimStrategy) String() string {
+	switch c {
+	case ClaimReturning:
+		return "returning"
+	case ClaimUpdateThenSelect:
+		return "update-limit"
+	case ClaimSelectForUpdate:
+		return "skip-locked"
+	}
+	return "ClaimStrategy(" + strconv.Itoa(int(c)) + ")"
+}
+
+// Dialect is everything that differs between databases. The zero value of
+// each optional field is the common behaviour.
+type Dialect struct {
+	// Name is the database name used in errors, such as "postgres".
+	Name string
+	// Numbered bind markers ($1, $2, ...) instead of '?'.
+	NumberedParams bool
+	// DDL is the schema template (see RenderDDL), embedded from the store's
+	// schema.sql. Statements end with ";" at the end of a line.
+	DDL string
+	// Quote quotes one identifier. Required.
+	Quote func(ident string) string
+	// Pending is the condition that selects rows waiting for delivery, written
+	// so the claim index applies. Default "status IN (0, 2)".
+	Pending string
+	// Dead is the condition that selects DEAD rows. Default "status = 3".
+	Dead string
+	// Done is the condition that selects DONE rows. Default "status = 1".
+	Done string
+	// Claim is the claim shape.
+	Claim ClaimStrategy
+	// ClaimLock is appended to the claim's inner SELECT, e.g.
+	// "FOR UPDATE SKIP LOCKED".
+	ClaimLock string
+	// ClaimIndexHint is put right after the table name in the claim's SELECT,
+	// e.g. "FORCE INDEX (...)"; rendered with RenderDDL.
+	ClaimIndexHint string
+	// InSubquery matches the ids a LIMITed subquery selects, for the UPDATE
+	// and DELETE statements that cannot take LIMIT themselves (the claim of
+	// ClaimReturning, batch replay and purge without LimitedWrites); %s
+	// stands for the subquery. Default "event_id IN (%s)".
+	InSubquery string
+	// TerminalByCreated: no index on done_at; the purge and its counts reach
+	// terminal rows through the index of the Done and Dead conditions, in
+	// created_at order (MySQL's lane index). They add created_at < cutoff to
+	// done_at < cutoff, which it implies for every row that became terminal
+	// after it was created, so that the index bounds the scan; a row whose
+	// created_at lies ahead of its done_at (an OccurredAt in the future) is
+	// purged once its created_at is older than the cutoff too.
+	TerminalByCreated bool
+	// PadIDLists: MarkDoneBatch pads its id list to a power of two, so that
+	// batches of any length share a few statement texts, for drivers that
+	// cache prepared statements by text (pgx). Where every statement is
+	// parsed anew (SQLite) or sent with its arguments inline (MySQL with
+	// interpolateParams), padding only adds work.
+	PadIDLists bool
+	// LimitedWrites: UPDATE and DELETE accept ORDER BY ... LIMIT, and a
+	// subquery on the same table with LIMIT is not allowed (MySQL).
+	LimitedWrites bool
+	// EncodeTime converts a UTC time to a bind argument. Default: the
+	// time.Time itself.
+	EncodeTime func(time.Time) any
+	// MaxParams is the most bind parameters one statement may carry.
+	MaxParams int
+	// IsUniqueViolation reports a duplicate key error. Required.
+	IsUniqueViolation func(error) bool
+	// IsRetryable reports an error after which the statement may simply be run
+	// again (deadlock, lock wait timeout, serialization failure, busy).
+	IsRetryable func(error) bool
+}
+
+func (d *Dialect) withDefaults() {
+	if d.Pending == "" {
+		d.Pending = "status IN (0, 2)"
+	}
+	if d.Dead == "" {
+		d.Dead = "status = 3"
+	}
+	if d.Done == "" {
+		d.Done = "status = 1"
+	}
+	if d.InSubquery == "" {
+		d.InSubquery = "event_id IN (%s)"
+	}
+	if d.EncodeTime == nil {
+		d.EncodeTime = func(t time.Time) any { return t }
+	}
+	if d.MaxParams == 0 {
+		d.MaxParams = 32766
+	}
+	if d.IsRetryable == nil {
+		d.IsRetryable = func(error) bool { return false }
+	}
+}
+
+// idsIn returns the condition matching the ids sub selects.
+func (d *Dialect) idsIn(sub string) string { return strings.Replace(d.InSubquery, "%s", sub, 1) }
+
+// rebind turns '?' markers into the dialect's markers. Statements here never
+// contain '?' inside literals.
+func (d *Dialect) rebind(q string) string {
+	if !d.NumberedParams {
+		return q
+	}
+	var b strings.Builder
+	b.Grow(len(q) + 16)
+	n := 0
+	for i := 0; i < len(q); i++ {
+		if q[i] == '?' {
+			n++
+			b.WriteByte('$')
+			b.WriteString(strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(q[i])
+	}
+	return b.String()
+}
+
+// SQLiteTimeFormat is the fixed-width text form of timestamps in SQLite: it
+// sorts and compares correctly as text and keeps microseconds.
+const SQLiteTimeFormat = "2006-01-02T15:04:05.000000Z"

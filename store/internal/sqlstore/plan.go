@@ -1,0 +1,46 @@
+package sqlstore
+
+import (
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// Statement is one SQL statement of a Store with sample arguments.
+type Statement struct {
+	Name string // "claim", "claim-read-back", "dead", "count-dead", "replay-dead" or "purge"
+	SQL  string // in the dialect's bind-marker style
+	Args []any
+}
+
+// PlanStatements returns the statements of s that must walk an index instead
+// of sorting or scanning the table, bound to sample arguments around now:
+// the claim (each statement of the dialect's claim strategy that searches for
+// rows), the dead-event query, count and batch replay, and the purge. Tests run EXPLAIN on
+// them; they are the very strings the store executes.
+func PlanStatements(s *Store, now time.Time) []Statement {
+	now = now.UTC().Truncate(time.Microsecond)
+	p := core.ClaimParams{Owner: "explain", Now: now, LeaseTimeout: time.Minute, Limit: 100}
+	cand := s.candidateArgs(p, now)
+	lease := []any{p.Owner, s.ts(now)}
+	var out []Statement
+	switch s.d.Claim {
+	case ClaimReturning:
+		out = append(out, Statement{"claim", s.claimReturn, append(lease, cand...)})
+	case ClaimSelectForUpdate:
+		out = append(out, Statement{"claim", s.claimSelect, cand})
+	case ClaimUpdateThenSelect:
+		out = append(out, Statement{"claim", s.claimUpdate, append(lease, cand...)},
+			Statement{"claim-read-back", s.claimReadBack, lease})
+	}
+	f := core.DeadFilter{EventType: "Tested"}
+	q, args := s.queryDead(f)
+	out = append(out, Statement{"dead", q, args})
+	q, args = s.countDead(core.DeadFilter{})
+	out = append(out, Statement{"count-dead", q, args})
+	q, args = s.replayDeadBatch(f, 500, now)
+	out = append(out, Statement{"replay-dead", s.d.rebind(q), args})
+	q, args = s.purge(core.PurgeParams{DoneBefore: now.Add(-24 * time.Hour), DeadBefore: now.Add(-48 * time.Hour), Limit: 500})
+	out = append(out, Statement{"purge", s.d.rebind(q), args})
+	return out
+}

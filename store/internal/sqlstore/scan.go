@@ -1,0 +1,164 @@
+package sqlstore
+
+import (
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// columns lists the outbox columns in the order scanEvent reads them.
+const columns = "event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, " +
+	"status, attempts, available_at, created_at, done_at, last_error, locked_by, locked_at"
+
+// nullTime scans a timestamp whatever the driver hands over: time.Time
+// (pgx, MySQL with parseTime), or text (SQLite, MySQL without parseTime).
+type nullTime struct {
+	Time  time.Time
+	Valid bool
+	// Err is a value that is not a timestamp. Scan keeps it here instead of
+	// failing, so that one bad row fails alone (see row.decode) rather than
+	// the whole claim.
+	Err error
+}
+
+var textTimeLayouts = []string{
+	SQLiteTimeFormat,
+	time.RFC3339Nano,
+	"2006-01-02 15:04:05.999999999",
+	"2006-01-02 15:04:05.999999999Z07:00",
+	"2006-01-02 15:04:05.999999999-07:00",
+}
+
+func (n *nullTime) Scan(v any) error {
+	switch v := v.(type) {
+	case nil:
+		*n = nullTime{}
+		return nil
+	case time.Time:
+		*n = nullTime{Time: v.UTC(), Valid: true}
+		return nil
+	case []byte:
+		return n.parse(string(v))
+	case string:
+		return n.parse(v)
+	}
+	*n = nullTime{Err: fmt.Errorf("timestamp of unexpected type %T", v)}
+	return nil
+}
+
+func (n *nullTime) parse(s string) error {
+	for _, layout := range textTimeLayouts {
+		if t, err := time.Parse(layout, s); err == nil {
+			*n = nullTime{Time: t.UTC(), Valid: true}
+			return nil
+		}
+	}
+	*n = nullTime{Err: fmt.Errorf("unrecognised timestamp %q", s)}
+	return nil
+}
+
+// row holds one scanned row before it is decoded into a core.Event.
+type row struct {
+	id, eventType, aggregateType   string
+	aggregateID, tenantID, headers sql.NullString
+	payload                        []byte
+	status                         int16
+	attempts                       int
+	availableAt, createdAt, doneAt nullTime
+	lastError, lockedBy            sql.NullString
+	lockedAt                       nullTime
+}
+
+func (r *row) dest() []any {
+	return []any{&r.id, &r.eventType, &r.aggregateType, &r.aggregateID, &r.tenantID, &r.payload,
+		&r.headers, &r.status, &r.attempts, &r.availableAt, &r.createdAt, &r.doneAt,
+		&r.lastError, &r.lockedBy, &r.lockedAt}
+}
+
+func (r *row) decode() (core.Event, error) {
+	for _, t := range []struct {
+		name string
+		v    nullTime
+	}{{"available_at", r.availableAt}, {"created_at", r.createdAt}, {"done_at", r.doneAt}, {"locked_at", r.lockedAt}} {
+		if t.v.Err != nil {
+			return core.Event{}, fmt.Errorf("%s: %w", t.name, t.v.Err)
+		}
+	}
+	var headers map[string]string
+	if r.headers.Valid && r.headers.String != "" {
+		if err := json.Unmarshal([]byte(r.headers.String), &headers); err != nil {
+			return core.Event{}, fmt.Errorf("headers: %w", err)
+		}
+	}
+	env, err := core.RestoreEnvelope(core.EnvelopeFields{
+		ID:            r.id,
+		Type:          r.eventType,
+		AggregateType: r.aggregateType,
+		AggregateID:   r.aggregateID.String,
+		TenantID:      r.tenantID.String,
+		OccurredAt:    r.createdAt.Time,
+		Headers:       headers,
+		Payload:       r.payload,
+	})
+	if err != nil {
+		return core.Event{}, err
+	}
+	status := core.Status(r.status)
+	if status < core.StatusNew || status > core.StatusDead {
+		return core.Event{}, fmt.Errorf("status %d is not a known status", r.status)
+	}
+	return core.Event{
+		Envelope:    env,
+		Status:      status,
+		Attempts:    r.attempts,
+		AvailableAt: r.availableAt.Time,
+		CreatedAt:   r.createdAt.Time,
+		DoneAt:      r.doneAt.Time,
+		LastError:   r.lastError.String,
+		LockedBy:    r.lockedBy.String,
+		LockedAt:    r.lockedAt.Time,
+	}, nil
+}
+
+// scanEvents reads rows into events; rows that fail to decode go to bad.
+func scanEvents(rows *sql.Rows) (events []core.Event, bad []core.RowError, err error) {
+	defer rows.Close()
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(r.dest()...); err != nil {
+			return nil, nil, fmt.Errorf("scan event: %w", err)
+		}
+		ev, err := r.decode()
+		if err != nil {
+			bad = append(bad, core.RowError{ID: r.id, Err: err})
+			continue
+		}
+		events = append(events, ev)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read events: %w", err)
+	}
+	return events, bad, nil
+}
+
+// encodeHeaders returns the headers column value: a JSON object, or NULL.
+func encodeHeaders(h map[string]string) (any, error) {
+	if len(h) == 0 {
+		return nil, nil
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return nil, fmt.Errorf("encode headers: %w", err)
+	}
+	return string(b), nil
+}
+
+func nullIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}

@@ -1,0 +1,66 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// Stats implements core.Inspector. Each count uses the condition the
+// dialect's indexes serve (Pending, Dead, Done).
+func (s *Store) Stats(ctx context.Context, db core.DBTX) (core.Stats, error) {
+	var st core.Stats
+	for _, c := range []struct {
+		dst   *int64
+		where string
+	}{
+		{&st.New, s.d.Pending + " AND status = 0"},
+		{&st.Retry, s.d.Pending + " AND status = 2"},
+		{&st.Leased, s.d.Pending + " AND locked_by IS NOT NULL"},
+		{&st.Dead, s.d.Dead},
+		{&st.Done, s.d.Done},
+	} {
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+s.qt+" WHERE "+c.where).Scan(c.dst); err != nil {
+			return st, s.wrap("count events", err)
+		}
+	}
+	// The claim's own order, so the pending index serves it.
+	var oldest nullTime
+	err := db.QueryRowContext(ctx, "SELECT created_at FROM "+s.qt+" WHERE "+s.d.Pending+
+		" ORDER BY created_at, event_id LIMIT 1").Scan(&oldest)
+	if err == nil {
+		err = oldest.Err
+	}
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return st, s.wrap("find oldest pending event", err)
+	}
+	st.OldestPending = oldest.Time
+	return st, nil
+}
+
+// CountPurgeable implements core.Inspector.
+func (s *Store) CountPurgeable(ctx context.Context, db core.DBTX, p core.PurgeParams) (done, dead int64, err error) {
+	for _, c := range []struct {
+		dst    *int64
+		where  string
+		before any
+		skip   bool
+	}{
+		{&done, s.d.Done, s.ts(p.DoneBefore), p.DoneBefore.IsZero()},
+		{&dead, s.d.Dead, s.ts(p.DeadBefore), p.DeadBefore.IsZero()},
+	} {
+		if c.skip {
+			continue
+		}
+		cond, args := s.terminalBefore(c.where, c.before)
+		q := s.d.rebind("SELECT COUNT(*) FROM " + s.qt + " WHERE " + cond)
+		if err := db.QueryRowContext(ctx, q, args...).Scan(c.dst); err != nil {
+			return 0, 0, s.wrap("count purgeable events", err)
+		}
+	}
+	return done, dead, nil
+}
+
+var _ core.Inspector = (*Store)(nil)

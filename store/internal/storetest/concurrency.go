@@ -1,0 +1,167 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testdb"
+)
+
+// RunConcurrency runs the multi-process claim checks on a server database:
+// four claimers on separate pools drain 10,000 rows with claim + mark done and
+// never share a row; an abandoned batch becomes claimable once its lease
+// expires, is reclaimed exactly once, and the abandoning owner's late
+// write-backs change nothing.
+func RunConcurrency(t *testing.T, open Open) {
+	t.Run("DrainDisjoint", func(t *testing.T) {
+		t.Parallel()
+		testDrainDisjoint(t, open(t))
+	})
+	t.Run("AbandonedLeaseReclaimedAndFenced", func(t *testing.T) {
+		t.Parallel()
+		testAbandoned(t, open(t))
+	})
+}
+
+// claimers runs n claimers, each on its own pool, until a claim comes back
+// empty. Each claimed event goes to handle (called without locks held); any
+// event claimed twice is an error.
+func claimers(t *testing.T, tg testdb.Target, n, batch int, p core.ClaimParams, handle func(c context.Context, db core.DBTX, who string, ev core.Event) error) map[string]string {
+	t.Helper()
+	c := ctx(t)
+	var (
+		mu   sync.Mutex
+		seen = map[string]string{}
+		errs []error
+		wg   sync.WaitGroup
+	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	for i := range n {
+		db := tg.Reopen(t)
+		who := fmt.Sprintf("%s-claimer-%d", p.Owner, i)
+		wg.Go(func() {
+			p := p
+			p.Owner, p.Limit = who, batch
+			for {
+				evs, bad, err := tg.Store.Claim(c, db, p)
+				if err != nil || len(bad) > 0 {
+					fail(fmt.Errorf("%s: claim: %v %v", who, err, bad))
+					return
+				}
+				if len(evs) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, e := range evs {
+					if prev, dup := seen[e.ID()]; dup {
+						errs = append(errs, fmt.Errorf("%s claimed by %s and %s", e.ID(), prev, who))
+					}
+					seen[e.ID()] = who
+				}
+				mu.Unlock()
+				for _, e := range evs {
+					if err := handle(c, db, who, e); err != nil {
+						fail(fmt.Errorf("%s: %s: %w", who, e.ID(), err))
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i == 20 {
+			t.Errorf("... %d errors in all", len(errs))
+			break
+		}
+		t.Error(err)
+	}
+	return seen
+}
+
+func markDone(tg testdb.Target, now time.Time) func(c context.Context, db core.DBTX, who string, ev core.Event) error {
+	return func(c context.Context, db core.DBTX, who string, ev core.Event) error {
+		ok, err := tg.Store.MarkDone(c, db, who, ev.ID(), now)
+		if err == nil && !ok {
+			err = fmt.Errorf("mark done by the lease holder changed nothing")
+		}
+		return err
+	}
+}
+
+func testDrainDisjoint(t *testing.T, tg testdb.Target) {
+	const n = 10000
+	seq(t, tg, "drain", n)
+	now := time.Now()
+	seen := claimers(t, tg, 4, 50, core.ClaimParams{Owner: "drain", Now: now, LeaseTimeout: time.Hour}, markDone(tg, now))
+	if len(seen) != n {
+		t.Fatalf("claimed %d distinct events, want %d", len(seen), n)
+	}
+	if got := count(t, tg, "status = 1"); got != n {
+		t.Fatalf("%d rows DONE, want %d", got, n)
+	}
+	per := map[string]int{}
+	for _, who := range seen {
+		per[who]++
+	}
+	t.Logf("rows per claimer: %v", per)
+}
+
+func testAbandoned(t *testing.T, tg testdb.Target) {
+	const n = 1000
+	seq(t, tg, "aband", n)
+	now := time.Now()
+	// A process claims half the rows and dies without a write-back.
+	crashed := claim(t, tg, tg.DB, "crashed", now, n/2)
+	if len(crashed) != n/2 {
+		t.Fatalf("crashed owner claimed %d, want %d", len(crashed), n/2)
+	}
+	// While its lease is live, the others get only the other half.
+	live := claimers(t, tg, 4, 25, core.ClaimParams{Owner: "live", Now: now.Add(30 * time.Second), LeaseTimeout: time.Minute}, markDone(tg, now))
+	if len(live) != n/2 {
+		t.Fatalf("with a live lease %d rows were claimed, want %d", len(live), n/2)
+	}
+	for _, e := range crashed {
+		if _, taken := live[e.ID()]; taken {
+			t.Fatalf("%s was claimed while its lease was live", e.ID())
+		}
+	}
+	// Once the lease expired, the abandoned rows are reclaimed exactly once.
+	later := now.Add(2 * time.Minute)
+	reclaimed := claimers(t, tg, 4, 25, core.ClaimParams{Owner: "late", Now: later, LeaseTimeout: time.Minute},
+		func(context.Context, core.DBTX, string, core.Event) error { return nil })
+	if len(reclaimed) != n/2 {
+		t.Fatalf("reclaimed %d abandoned rows, want %d", len(reclaimed), n/2)
+	}
+	// The crashed owner comes back: every write-back is fenced off.
+	c := ctx(t)
+	for i, e := range crashed {
+		var ok bool
+		var err error
+		switch i % 3 {
+		case 0:
+			ok, err = tg.Store.MarkDone(c, tg.DB, "crashed", e.ID(), later)
+		case 1:
+			ok, err = tg.Store.MarkRetry(c, tg.DB, "crashed", e.ID(), later, "stale")
+		default:
+			ok, err = tg.Store.MarkDead(c, tg.DB, "crashed", e.ID(), later, "stale")
+		}
+		if err != nil || ok {
+			t.Fatalf("stale write-back on %s: changed=%v err=%v", e.ID(), ok, err)
+		}
+	}
+	if got := count(t, tg, "locked_by = 'crashed'"); got != 0 {
+		t.Fatalf("%d rows still leased by the crashed owner", got)
+	}
+	if got := count(t, tg, "status = 0 AND attempts = 0 AND locked_by LIKE 'late-claimer-%'"); got != n/2 {
+		t.Fatalf("%d reclaimed rows untouched, want %d", got, n/2)
+	}
+}

@@ -1,0 +1,82 @@
+package mysql_test
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/internal/testdb"
+	"github.com/outboxkit/outbox/store/internal/sqlstore"
+	"github.com/outboxkit/outbox/store/internal/storetest"
+	"github.com/outboxkit/outbox/store/mysql"
+)
+
+// TestPlans checks, on a filled and analyzed table, that each statement that
+// searches for rows reads its index ("key") and never sorts ("Using
+// filesort"): the claim of both strategies, the dead query, count and batch
+// replay, and the purge.
+func TestPlans(t *testing.T) {
+	for _, claim := range []mysql.ClaimStrategy{mysql.ClaimSkipLocked, mysql.ClaimUpdateLimit} {
+		t.Run(claim.String(), func(t *testing.T) {
+			t.Parallel()
+			tg := testdb.MySQLWith(mysql.Config{Claim: claim})(t)
+			ctx := context.Background()
+			n := storetest.FillForPlans(t, tg, 30000)
+			if _, err := tg.DB.ExecContext(ctx, "ANALYZE TABLE "+tg.Table); err != nil {
+				t.Fatal(err)
+			}
+			st := tg.Store.(*mysql.Store)
+			want := map[string]string{"claim": "_lane", "claim-read-back": "_lease", "dead": "_lane",
+				"count-dead": "_lane", "replay-dead": "_lane", "purge": "_lane"}
+			for _, stmt := range sqlstore.PlanStatements(st.Store, time.Now()) {
+				plan := explain(t, tg.DB, stmt.SQL, stmt.Args...)
+				if len(plan) != 1 {
+					t.Fatalf("%s: want one plan row, got %v", stmt.Name, plan)
+				}
+				p := plan[0]
+				if p["key"] != tg.Table+want[stmt.Name] || strings.Contains(p["Extra"], "filesort") ||
+					p["type"] == "ALL" || p["type"] == "index" {
+					t.Errorf("%s (%d rows) does not walk index %s%s in order: %v", stmt.Name, n, tg.Table, want[stmt.Name], p)
+				}
+				t.Logf("%s (%d rows): type=%s key=%s rows=%s Extra=%s", stmt.Name, n, p["type"], p["key"], p["rows"], p["Extra"])
+			}
+		})
+	}
+}
+
+// explain returns EXPLAIN's rows as column name to value maps (MySQL and
+// MariaDB differ in the columns they show).
+func explain(t *testing.T, db *sql.DB, q string, args ...any) []map[string]string {
+	t.Helper()
+	rows, err := db.QueryContext(context.Background(), "EXPLAIN "+q, args...)
+	if err != nil {
+		t.Fatalf("EXPLAIN %s: %v", q, err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]string
+	for rows.Next() {
+		vals := make([]sql.NullString, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]string{}
+		for i, c := range cols {
+			m[c] = vals[i].String
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -1,0 +1,121 @@
+// Package postgres is the outbox store for PostgreSQL, used through
+// database/sql with the pgx driver (github.com/jackc/pgx/v5/stdlib, driver
+// name "pgx"); importing this package registers that driver.
+//
+// The claim is one statement and one round trip:
+//
+//	UPDATE t SET locked_by = $1, locked_at = $2 WHERE event_id = ANY (ARRAY(
+//	    SELECT event_id FROM t WHERE status IN (0, 2) AND ... ORDER BY created_at, event_id
+//	    LIMIT $6 FOR UPDATE SKIP LOCKED)) RETURNING ...
+//
+// A partial index on the pending rows lets it walk them in order and stop
+// after LIMIT rows, so a claim costs the same with ten or a million rows
+// waiting; SKIP LOCKED lets concurrent pollers pass each other's rows instead
+// of queueing behind them. The table name may be schema-qualified
+// ("app.outbox_event"); the schema must exist.
+package postgres
+
+import (
+	"database/sql"
+	_ "embed"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/store/internal/sqlstore"
+)
+
+//go:embed schema.sql
+var ddl string
+
+// Config configures a Store.
+type Config struct {
+	// Table is the outbox table name. Default "outbox_event". It must match
+	// ^[A-Za-z_][A-Za-z0-9_]{0,62}$, optionally prefixed by a schema name of
+	// the same form and a dot.
+	Table string
+}
+
+// Store is the PostgreSQL outbox store. It implements core.Store and is safe
+// for concurrent use.
+type Store struct {
+	*sqlstore.Store
+}
+
+// New validates cfg and returns a Store. A bad table name returns an error
+// matching core.ErrInvalid. New does not touch the database.
+func New(cfg Config) (*Store, error) {
+	table, err := sqlstore.ParseTableName(cfg.Table, true)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{sqlstore.New(dialect(), table)}, nil
+}
+
+// dialect returns the PostgreSQL dialect of the shared SQL store.
+func dialect() sqlstore.Dialect {
+	return sqlstore.Dialect{
+		Name:           "postgres",
+		NumberedParams: true,
+		DDL:            ddl,
+		Quote:          func(s string) string { return `"` + s + `"` },
+		Claim:          sqlstore.ClaimReturning,
+		ClaimLock:      "FOR UPDATE SKIP LOCKED",
+		// With event_id IN (SELECT ... LIMIT $n) the planner may hash-join the
+		// ids against a sequential scan of the whole table (it does for
+		// purge batches of 500, and in generic plans, where it cannot see
+		// the LIMIT). ARRAY(...) runs the subquery once, as an init plan, and
+		// the outer statement then fetches those ids by primary key.
+		InSubquery: "event_id = ANY (ARRAY(%s))",
+		// pgx caches prepared statements by text.
+		PadIDLists:        true,
+		MaxParams:         65535,
+		IsUniqueViolation: isUniqueViolation,
+		IsRetryable:       isRetryable,
+	}
+}
+
+// sqlState returns the SQLSTATE of a PostgreSQL error: pgx's *pgconn.PgError,
+// or any error with an SQLState method (lib/pq and wrappers), "" otherwise.
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	var withState interface{ SQLState() string }
+	if errors.As(err, &withState) {
+		return withState.SQLState()
+	}
+	return ""
+}
+
+func isUniqueViolation(err error) bool { return sqlState(err) == "23505" }
+
+// isRetryable: serialization failure and deadlock. PostgreSQL has aborted
+// the statement's transaction; run on a pool, the statement can simply run
+// again.
+func isRetryable(err error) bool {
+	switch sqlState(err) {
+	case "40001", "40P01":
+		return true
+	}
+	return false
+}
+
+// Open opens a database/sql pool on dsn with the pgx driver, for instance
+// "postgres://user@host:5432/db?sslmode=disable". It does not connect; the
+// first query (or db.PingContext) does. It does not create the outbox table;
+// call Store.CreateSchema for that.
+func Open(dsn string) (*sql.DB, error) {
+	if dsn == "" {
+		return nil, &core.ValidationError{Field: "postgres dsn", Reason: "is empty"}
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	return db, nil
+}

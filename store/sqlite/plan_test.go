@@ -1,0 +1,42 @@
+package sqlite_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/internal/testdb"
+	"github.com/outboxkit/outbox/store/internal/sqlstore"
+	"github.com/outboxkit/outbox/store/sqlite"
+)
+
+// TestQueryPlans checks that the claim, dead queries and purge walk their
+// partial indexes instead of scanning the table or sorting (no temp B-tree).
+func TestQueryPlans(t *testing.T) {
+	t.Parallel()
+	tg := testdb.SQLite(t)
+	st := tg.Store.(*sqlite.Store)
+	wantIndex := map[string]string{"claim": "_pending", "dead": "_dead", "count-dead": "_dead", "purge": "_done"}
+	for _, stmt := range sqlstore.PlanStatements(st.Store, time.Now()) {
+		rows, err := tg.DB.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+stmt.SQL, stmt.Args...)
+		if err != nil {
+			t.Fatalf("%s: %v", stmt.Name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		_ = rows.Close()
+		text := strings.Join(plan, "; ")
+		if !strings.Contains(text, wantIndex[stmt.Name]) || strings.Contains(text, "TEMP B-TREE") {
+			t.Errorf("%s does not walk index %s in order: %s", stmt.Name, wantIndex[stmt.Name], text)
+		}
+		t.Logf("%s: %s", stmt.Name, text)
+	}
+}
