@@ -26,6 +26,7 @@ type fakeStore struct {
 	claims   []core.ClaimParams
 	releases [][]string
 	dead     map[string]string
+	hold     chan struct{} // when set, Claim waits for it to be closed
 }
 
 func newFakeStore() *fakeStore {
@@ -44,6 +45,21 @@ func (s *fakeStore) add(t *testing.T, prefix string, n int, due time.Time) {
 			t.Fatal(err)
 		}
 		s.rows[id] = &core.Event{Envelope: env, CreatedAt: due, AvailableAt: due}
+	}
+}
+
+// holdClaims makes the next claims wait until the returned function is
+// called.
+func (s *fakeStore) holdClaims() (release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hold := make(chan struct{})
+	s.hold = hold
+	return func() {
+		s.mu.Lock()
+		s.hold = nil
+		s.mu.Unlock()
+		close(hold)
 	}
 }
 
@@ -67,6 +83,11 @@ func (s *fakeStore) leasedBy(owner string) int {
 
 func (s *fakeStore) Claim(_ context.Context, _ core.DBTX, p core.ClaimParams) ([]core.Event, []core.RowError, error) {
 	s.mu.Lock()
+	if hold := s.hold; hold != nil {
+		s.mu.Unlock()
+		<-hold
+		s.mu.Lock()
+	}
 	defer s.mu.Unlock()
 	s.claims = append(s.claims, p)
 	if s.claimErr != nil {
