@@ -85,6 +85,19 @@ type Config struct {
 	// and MariaDB (docs/BENCHMARKS.md). Default 5ms.
 	DoneBatchLinger time.Duration
 
+	// NoYieldAfterCommit keeps the committing goroutine running after the
+	// writer hook has put its transaction's events on the hot queue. By
+	// default the hook then yields the goroutine's processor once
+	// (runtime.Gosched), so that an idle worker starts the delivery at once
+	// on the OS thread that is already running instead of waiting for the
+	// runtime to wake another one, which on a busy machine takes
+	// milliseconds: on 2 loaded cores this cut the p99 commit-to-listener
+	// latency from 2.4 ms to 0.3 ms, at the same throughput
+	// (docs/BENCHMARKS.md). The committing goroutine goes on as soon as a
+	// processor is free. Set it when delivery latency matters less than
+	// the committing goroutine's.
+	NoYieldAfterCommit bool
+
 	// Interceptors run around every delivery: Before in order, After in
 	// reverse order. Default: none.
 	Interceptors []core.Interceptor

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,7 @@ type Dispatcher struct {
 	hot, cold chan core.Event
 	tick      atomic.Uint64 // weighted round-robin position shared by all workers
 	batch     *doneBatcher  // nil: DONE outcomes are written one by one
+	yield     func()        // run by the writer hook once it queued events; nil: none
 
 	mu      sync.Mutex
 	started bool
@@ -67,6 +69,9 @@ func New(cfg Config) (*Dispatcher, error) {
 		closeReq:   make(chan struct{}),
 		hardStop:   make(chan struct{}),
 		done:       make(chan struct{}),
+	}
+	if !cfg.NoYieldAfterCommit {
+		d.yield = runtime.Gosched
 	}
 	if bm, ok := cfg.Store.(core.BatchMarker); ok && cfg.DoneBatchSize > 1 {
 		d.batch = newDoneBatcher(d, bm)

@@ -21,6 +21,9 @@ import (
 // again in the background, with backoff, until it lands or the dispatcher
 // closes. The write itself never fails because of the hook. After a rollback
 // the hook does nothing: the rows do not exist.
+//
+// Having queued events, the hook yields the committing goroutine's processor
+// once, so that a worker starts on them at once (Config.NoYieldAfterCommit).
 func (d *Dispatcher) WriterHook() core.LeasingHook { return writerHook{d} }
 
 type writerHook struct{ d *Dispatcher }
@@ -48,6 +51,7 @@ func (h writerHook) AfterCommit(ctx context.Context, envs []core.Envelope) error
 		refused []string
 		later   []string
 		dueAt   = now
+		queued  bool
 	)
 	for _, env := range envs {
 		ev := core.Event{
@@ -67,6 +71,7 @@ func (h writerHook) AfterCommit(ctx context.Context, envs []core.Envelope) error
 		}
 		switch d.offerHot(ev) {
 		case hotQueued:
+			queued = true
 			d.cfg.Metrics.HotEnqueued()
 		case hotHeld:
 			// This dispatcher's poller claimed the row before this hook
@@ -78,6 +83,11 @@ func (h writerHook) AfterCommit(ctx context.Context, envs []core.Envelope) error
 			d.cfg.Metrics.HotDropped()
 			refused = append(refused, env.ID())
 		}
+	}
+	if queued && d.yield != nil {
+		// A worker woken by the queue would otherwise wait for the runtime
+		// to wake an idle OS thread for it.
+		d.yield()
 	}
 	if len(refused) > 0 {
 		d.log.Warn().Int("events", len(refused)).Str("first_event_id", refused[0]).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -154,4 +155,52 @@ func TestWriterHookLeavesEventsThePollerHolds(t *testing.T) {
 	}
 	h.start()
 	h.store.waitStatus(t, env.ID(), core.StatusDone)
+}
+
+// TestWriterHookYields: the hook yields once per transaction that put
+// events on the hot queue (so that a worker starts on them at once), not
+// for one whose events all wait for the poller, and never with
+// NoYieldAfterCommit.
+func TestWriterHookYields(t *testing.T) {
+	t.Parallel()
+	for _, noYield := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoYieldAfterCommit=%v", noYield), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, func(context.Context, core.Event) error { return nil }, func(c *dispatch.Config) {
+				c.NoYieldAfterCommit = noYield
+				c.HotQueueSize = 2
+			})
+			var yields atomic.Int32
+			if had := dispatch.SetYield(h.d, func() { yields.Add(1) }); had == noYield {
+				t.Fatalf("dispatcher yields = %v with NoYieldAfterCommit = %v", had, noYield)
+			}
+			w, err := core.NewWriter(core.WriterConfig{Store: h.store, Hook: h.d.WriterHook()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			commit := func(ids ...string) {
+				t.Helper()
+				var envs []core.Envelope
+				for _, id := range ids {
+					envs = append(envs, newEnv(t, id))
+				}
+				tx := &fakeTx{}
+				if _, err := w.WriteAllTx(context.Background(), tx, envs); err != nil {
+					t.Fatal(err)
+				}
+				tx.end(true)
+			}
+			// Not started: the queue fills up and stays full.
+			commit("a", "b")      // both queued: one yield
+			commit("c")           // refused: nothing to yield for
+			commit("d", "e", "f") // refused
+			want := int32(1)
+			if noYield {
+				want = 0
+			}
+			if got := yields.Load(); got != want {
+				t.Errorf("%d yields, want %d", got, want)
+			}
+		})
+	}
 }
