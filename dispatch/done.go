@@ -12,7 +12,7 @@ import (
 // for up to Config.DoneBatchLinger or Config.DoneBatchSize events, writes
 // them with one MarkDoneBatch per lease owner, and only then drops them from
 // the in-flight tracker, so that an event whose DONE is not yet written is
-// never accepted again.
+// never accepted again. A failed write is tried again (see run).
 //
 // The channel is bounded (2*DoneBatchSize, at least 1024 ids, no payloads):
 // when the database falls behind, workers block in add, stop taking events,
@@ -45,18 +45,53 @@ func newDoneBatcher(d *Dispatcher, bm core.BatchMarker) *doneBatcher {
 // add hands over a delivered event; it blocks while the batcher is full.
 func (b *doneBatcher) add(ev core.Event) { b.in <- doneItem{id: ev.ID(), owner: ev.LockedBy} }
 
+// A DONE write that fails (the database was unreachable for a moment) is
+// tried again, with backoff from doneRetryMin to doneRetryMax, between new
+// batches; its events stay in flight meanwhile, so that this dispatcher's
+// own poller, should their leases expire, holds them instead of delivering
+// them again. Shutdown makes one last attempt, then lets them go: their rows
+// stay leased until the lease expires, and the event is delivered again.
+const (
+	doneRetryMin = 100 * time.Millisecond
+	doneRetryMax = 10 * time.Second
+	// maxUnwritten bounds the DONE outcomes kept for another try; beyond
+	// it, events are let go at once.
+	maxUnwritten = 100_000
+)
+
 // run collects and writes batches until in is closed and drained. ctx carries
 // the values of Start's context; its cancellation is ignored, since outcomes
 // must be written even while shutting down.
 func (b *doneBatcher) run(ctx context.Context) {
 	defer close(b.done)
 	ctx = context.WithoutCancel(ctx)
-	batch := make([]doneItem, 0, b.size)
+	var (
+		batch   = make([]doneItem, 0, b.size)
+		failed  []doneItem // writes to try again
+		backoff = doneRetryMin
+	)
 	linger := time.NewTimer(b.linger)
 	linger.Stop()
+	retry := time.NewTimer(backoff)
+	retry.Stop()
 	for {
-		it, ok := <-b.in
+		var (
+			it doneItem
+			ok bool
+		)
+		select {
+		case it, ok = <-b.in:
+		case <-retry.C:
+			if failed = b.write(ctx, failed); len(failed) > 0 {
+				backoff = min(2*backoff, doneRetryMax)
+				retry.Reset(backoff)
+			} else {
+				backoff = doneRetryMin
+			}
+			continue
+		}
 		if !ok {
+			b.letGo(ctx, failed)
 			return
 		}
 		batch = append(batch[:0], it)
@@ -76,39 +111,91 @@ func (b *doneBatcher) run(ctx context.Context) {
 			}
 		}
 		linger.Stop()
-		b.write(ctx, batch)
+		if f := b.write(ctx, batch); len(f) > 0 {
+			if len(failed) == 0 {
+				retry.Reset(backoff)
+			}
+			failed = b.keep(failed, f)
+		}
 		if closed {
+			b.letGo(ctx, failed)
 			return
 		}
 	}
 }
 
-// write records batch as DONE, one statement per lease owner, then untracks
-// its events. A failed write is an infrastructure failure, not a listener
+// write records items as DONE, one statement per lease owner, untracks the
+// events of the statements that succeeded and returns the items of those
+// that failed. A failed write is an infrastructure failure, not a listener
 // failure: it is logged and counted once per failed statement
-// (Metrics.StoreError), and the rows stay leased until their lease expires.
-func (b *doneBatcher) write(ctx context.Context, batch []doneItem) {
+// (Metrics.StoreError).
+func (b *doneBatcher) write(ctx context.Context, items []doneItem) (failed []doneItem) {
 	d := b.d
 	wctx, cancel := context.WithTimeout(ctx, d.cfg.StoreTimeout)
 	defer cancel()
 	now := d.cfg.Now()
-	for _, g := range groupByOwner(batch) {
+	var written []string
+	for _, g := range groupByOwner(items) {
 		n, err := b.bm.MarkDoneBatch(wctx, d.cfg.DB, g.owner, g.ids, now)
 		switch {
 		case err != nil:
 			d.cfg.Metrics.StoreError()
 			d.log.Error().Err(err).Int("events", len(g.ids)).Str("first_event_id", g.ids[0]).
-				Msg("outbox write-back of a DONE batch failed; the rows stay leased until the lease expires")
+				Msg("outbox write-back of a DONE batch failed; trying again")
+			for _, id := range g.ids {
+				failed = append(failed, doneItem{id: id, owner: g.owner})
+			}
+			continue
 		case n < int64(len(g.ids)):
 			d.log.Warn().Int("events", len(g.ids)).Int64("written", n).Str("first_event_id", g.ids[0]).
 				Msg("outbox write-back fenced for part of a DONE batch: leases lost to another owner or rows terminal")
 		}
+		written = append(written, g.ids...)
 	}
+	b.untrack(written)
+	return failed
+}
+
+// keep adds f to the writes to try again, up to maxUnwritten; the events of
+// the rest are let go.
+func (b *doneBatcher) keep(failed, f []doneItem) []doneItem {
+	n := min(len(f), max(maxUnwritten-len(failed), 0))
+	if rest := f[n:]; len(rest) > 0 {
+		b.d.log.Warn().Int("events", len(rest)).
+			Msg("outbox dispatcher keeps too many unwritten DONE outcomes; these events will be delivered again once their leases expire")
+		b.untrack(itemIDs(rest))
+	}
+	return append(failed, f[:n]...)
+}
+
+// letGo makes the last attempt at shutdown and untracks what still fails.
+func (b *doneBatcher) letGo(ctx context.Context, failed []doneItem) {
+	if len(failed) == 0 {
+		return
+	}
+	if rest := b.write(ctx, failed); len(rest) > 0 {
+		b.d.log.Warn().Int("events", len(rest)).
+			Msg("outbox DONE outcomes not written at shutdown; these events will be delivered again once their leases expire")
+		b.untrack(itemIDs(rest))
+	}
+}
+
+// untrack drops ids from the in-flight tracker.
+func (b *doneBatcher) untrack(ids []string) {
+	d := b.d
 	d.mu.Lock()
-	for _, it := range batch {
-		delete(d.tracked, it.id)
+	for _, id := range ids {
+		delete(d.tracked, id)
 	}
 	d.mu.Unlock()
+}
+
+func itemIDs(items []doneItem) []string {
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.id
+	}
+	return ids
 }
 
 // ownerIDs is the ids of a batch leased by one owner.

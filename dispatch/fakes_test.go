@@ -279,6 +279,13 @@ func (s *batchStore) MarkDoneBatch(ctx context.Context, db core.DBTX, owner stri
 	return n, nil
 }
 
+// setFailBatch makes MarkDoneBatch fail with err (nil: succeed).
+func (s *batchStore) setFailBatch(err error) {
+	s.bmu.Lock()
+	s.failBatch = err
+	s.bmu.Unlock()
+}
+
 // calls returns the MarkDoneBatch calls so far.
 func (s *batchStore) calls() []batchCall {
 	s.bmu.Lock()
