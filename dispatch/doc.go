@@ -20,8 +20,11 @@
 // Every write-back is fenced by the event's lease owner, so a dispatcher that
 // lost its lease cannot overwrite the outcome recorded by the new owner. A
 // store error while writing an outcome is not a listener failure: it is
-// logged and counted (Metrics.StoreError) and the row is left for its lease
-// to expire, so it never causes a redelivery by itself.
+// logged and counted (Metrics.StoreError), and no attempt is charged. A
+// failed DONE write is tried again with backoff while the event stays in
+// flight, so that it causes no second delivery unless the dispatcher shuts
+// down or another instance claims the row first; after a failed RETRY or
+// DEAD write the row is left for its lease to expire and delivered again.
 //
 // When the store implements core.BatchMarker (the SQL stores do), DONE
 // outcomes are written in batches: one UPDATE for up to
