@@ -19,14 +19,15 @@ import (
 // write-backs. The real stores are exercised by the end-to-end tests in
 // package dispatch.
 type fakeStore struct {
-	mu       sync.Mutex
-	rows     map[string]*core.Event
-	bad      []core.RowError // returned (and leased) by the next claim
-	claimErr error
-	claims   []core.ClaimParams
-	releases [][]string
-	dead     map[string]string
-	hold     chan struct{} // when set, Claim waits for it to be closed
+	mu         sync.Mutex
+	rows       map[string]*core.Event
+	bad        []core.RowError // returned (and leased) by the next claim
+	claimErr   error
+	releaseErr error // when set, Release fails and changes nothing
+	claims     []core.ClaimParams
+	releases   [][]string
+	dead       map[string]string
+	hold       chan struct{} // when set, Claim waits for it to be closed
 }
 
 func newFakeStore() *fakeStore {
@@ -61,6 +62,19 @@ func (s *fakeStore) holdClaims() (release func()) {
 		s.mu.Unlock()
 		close(hold)
 	}
+}
+
+func (s *fakeStore) setReleaseErr(err error) {
+	s.mu.Lock()
+	s.releaseErr = err
+	s.mu.Unlock()
+}
+
+// releaseCalls returns the ids of every Release call so far.
+func (s *fakeStore) releaseCalls() [][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.releases)
 }
 
 func (s *fakeStore) claimCount() int {
@@ -119,6 +133,9 @@ func (s *fakeStore) Release(_ context.Context, _ core.DBTX, owner string, ids []
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.releases = append(s.releases, slices.Clone(ids))
+	if s.releaseErr != nil {
+		return 0, s.releaseErr
+	}
 	var n int64
 	for _, id := range ids {
 		if r := s.rows[id]; r != nil && r.LockedBy == owner {

@@ -31,6 +31,9 @@ const (
 	// maxWakeups bounds the pending wake-up requests; beyond it the
 	// latest ones are dropped and served by the interval.
 	maxWakeups = 4096
+	// maxUnreleased bounds the refused events kept for another release;
+	// beyond it, leases are left to expire.
+	maxUnreleased = 100_000
 )
 
 // Poller claims deliverable events from the outbox table with a lease and
@@ -49,6 +52,10 @@ type Poller struct {
 	mu   sync.Mutex
 	due  wakeups       // requested poll times, earliest first
 	wake chan struct{} // capacity 1: coalesces wake-ups
+	// Refused events whose release failed, and when the first of them was
+	// claimed; released again at the start of the next cycles.
+	unreleased      []string
+	unreleasedSince time.Time
 }
 
 // New validates cfg and returns a Poller. Bad configuration returns an error
@@ -136,6 +143,13 @@ type cycle struct {
 }
 
 func (p *Poller) poll(ctx context.Context) (cycle, error) {
+	rerr := p.releaseAgain(ctx)
+	c, err := p.claim(ctx)
+	return c, errors.Join(rerr, err)
+}
+
+// claim claims what the handler has room for and hands it over.
+func (p *Poller) claim(ctx context.Context) (cycle, error) {
 	var c cycle
 	capacity := p.cfg.Handler.ColdCapacity()
 	if capacity <= 0 {
@@ -189,7 +203,8 @@ func (p *Poller) poll(ctx context.Context) (cycle, error) {
 	if len(refused) > 0 {
 		if _, err := p.cfg.Store.Release(fctx, p.cfg.DB, p.cfg.Owner, refused); err != nil {
 			p.cfg.Metrics.StoreError()
-			errs = append(errs, fmt.Errorf("release %d refused events: %w", len(refused), err))
+			p.keepUnreleased(refused, now)
+			errs = append(errs, fmt.Errorf("release %d refused events (trying again next cycle): %w", len(refused), err))
 		}
 	}
 	if len(events)+len(bad) > 0 {
@@ -197,6 +212,50 @@ func (p *Poller) poll(ctx context.Context) (cycle, error) {
 			Int("refused", len(refused)).Int("undecodable", len(bad)).Msg("outbox poll")
 	}
 	return c, errors.Join(errs...)
+}
+
+// keepUnreleased keeps ids, claimed at claimedAt and refused by the handler,
+// whose release failed, for the next cycles to release.
+func (p *Poller) keepUnreleased(ids []string, claimedAt time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.unreleased) == 0 || claimedAt.Before(p.unreleasedSince) {
+		p.unreleasedSince = claimedAt
+	}
+	n := min(len(ids), max(maxUnreleased-len(p.unreleased), 0))
+	if n < len(ids) {
+		p.log.Warn().Int("events", len(ids)-n).
+			Msg("outbox poller keeps too many unreleased leases; these wait for their lease to expire")
+	}
+	p.unreleased = append(p.unreleased, ids[:n]...)
+}
+
+// releaseAgain releases the leases of refused events whose release failed
+// in an earlier cycle, so that they do not wait for the lease to expire. It
+// gives up once half the lease timeout has passed since their claim: the
+// leases are about to expire, and this poller may claim the rows again and
+// its handler take them, whose leases must then stay.
+func (p *Poller) releaseAgain(ctx context.Context) error {
+	p.mu.Lock()
+	ids, since := p.unreleased, p.unreleasedSince
+	p.unreleased = nil
+	p.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	if p.cfg.Now().Sub(since) >= p.cfg.LeaseTimeout/2 {
+		p.log.Warn().Int("events", len(ids)).Str("first_event_id", ids[0]).
+			Msg("outbox poller gave up releasing refused events; they wait for their lease to expire")
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, followUpTimeout)
+	defer cancel()
+	if _, err := p.cfg.Store.Release(rctx, p.cfg.DB, p.cfg.Owner, ids); err != nil {
+		p.cfg.Metrics.StoreError()
+		p.keepUnreleased(ids, since)
+		return fmt.Errorf("release %d refused events again: %w", len(ids), err)
+	}
+	return nil
 }
 
 // run is the polling loop.
@@ -227,6 +286,10 @@ func (p *Poller) run(ctx context.Context, stop <-chan struct{}) {
 			failures, backlog, wait = 0, false, p.cfg.Interval
 		}
 		if !p.sleep(stop, wait) {
+			// One last try, bounded by Close's context.
+			if err := p.releaseAgain(ctx); err != nil {
+				p.log.Error().Err(err).Msg("outbox poller stopped with unreleased leases; they wait for their lease to expire")
+			}
 			return
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -131,6 +132,62 @@ func TestPollOnceReleasesRefused(t *testing.T) {
 	}
 	if got := st.leasedBy(owner); got != 3 {
 		t.Errorf("%d rows leased, want the 3 accepted", got)
+	}
+}
+
+// TestPollOnceRetriesFailedRelease: refused events whose release failed are
+// released at the start of the next cycle instead of waiting for their lease
+// to expire; after half the lease timeout the poller gives up.
+func TestPollOnceRetriesFailedRelease(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := newFakeStore()
+	clock := time.Now()
+	st.add(t, "ev", 2, clock.Add(-time.Minute))
+	h := &fakeHandler{capacity: 100, refuse: map[string]bool{"ev-000": true, "ev-001": true}}
+	p := newPoller(t, st, h, func(c *poller.Config) {
+		c.Now = func() time.Time { return clock }
+		c.LeaseTimeout = time.Minute
+	})
+	down := errors.New("connection reset")
+	st.setReleaseErr(down)
+	if _, err := p.PollOnce(ctx); !errors.Is(err, down) {
+		t.Fatalf("PollOnce with a failing release = %v, want %v", err, down)
+	}
+	if got := st.leasedBy(owner); got != 2 {
+		t.Fatalf("%d rows leased after the failed release, want 2", got)
+	}
+	st.setReleaseErr(nil)
+	clock = clock.Add(time.Second)
+	if _, err := p.PollOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The failed release, the retry, then the same rows claimed again,
+	// refused again and released.
+	want := [][]string{{"ev-000", "ev-001"}, {"ev-000", "ev-001"}, {"ev-000", "ev-001"}}
+	if got := st.releaseCalls(); !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("releases = %v, want %v", got, want)
+	}
+	if got := st.leasedBy(owner); got != 0 {
+		t.Fatalf("%d rows leased after the retry, want 0", got)
+	}
+
+	// Failing until half the lease timeout has passed: given up.
+	st.setReleaseErr(down)
+	if _, err := p.PollOnce(ctx); !errors.Is(err, down) {
+		t.Fatalf("PollOnce with a failing release = %v, want %v", err, down)
+	}
+	clock = clock.Add(30 * time.Second)
+	st.setReleaseErr(nil)
+	calls := len(st.releaseCalls())
+	if _, err := p.PollOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(st.releaseCalls()); got != calls {
+		t.Errorf("%d more releases after half the lease timeout, want none", got-calls)
+	}
+	if got := st.leasedBy(owner); got != 2 {
+		t.Errorf("%d rows leased, want 2 left to their lease", got)
 	}
 }
 
