@@ -58,6 +58,7 @@ type config struct {
 	doneBatch      int
 	doneLinger     time.Duration
 	noYield        bool
+	deleteDone     bool
 	rawBatch       int
 	conns          int
 	every          time.Duration
@@ -81,6 +82,7 @@ func (c *config) applyDispatch(d *dispatch.Config) {
 	d.DoneBatchSize = c.doneBatch
 	d.DoneBatchLinger = c.doneLinger
 	d.NoYieldAfterCommit = c.noYield
+	d.DeleteDelivered = c.deleteDone
 }
 
 func main() {
@@ -99,6 +101,7 @@ func main() {
 	flag.DurationVar(&c.pollInterval, "poll-interval", poller.DefaultInterval, "poller interval")
 	flag.IntVar(&c.doneBatch, "done-batch", dispatch.DefaultDoneBatchSize, "dispatcher DONE batch size (1 = one statement per event)")
 	flag.DurationVar(&c.doneLinger, "done-linger", dispatch.DefaultDoneBatchLinger, "dispatcher DONE batch linger")
+	flag.BoolVar(&c.deleteDone, "delete-delivered", false, "dispatcher DeleteDelivered: delete delivered rows instead of marking them DONE")
 	flag.BoolVar(&c.noYield, "no-yield", false, "dispatcher NoYieldAfterCommit: the writer hook does not yield after queuing events")
 	flag.IntVar(&c.rawBatch, "raw-batch", 100, "W2 baseline: rows per claim")
 	flag.IntVar(&c.conns, "conns", 0, "connections per pool (default: writers per instance + workers + 4; SQLite always 1)")

@@ -99,3 +99,12 @@ func (s *timedBatchStore) MarkDoneBatch(ctx context.Context, db core.DBTX, owner
 	s.done.add(time.Since(t), len(ids), err)
 	return n, err
 }
+
+// DeleteDoneBatch times the store's core.DoneDeleter (every store here has
+// it) as a DONE batch: it is what -delete-delivered writes instead.
+func (s *timedBatchStore) DeleteDoneBatch(ctx context.Context, db core.DBTX, owner string, ids []string) (int64, error) {
+	t := time.Now()
+	n, err := s.benchStore.(core.DoneDeleter).DeleteDoneBatch(ctx, db, owner, ids)
+	s.done.add(time.Since(t), len(ids), err)
+	return n, err
+}

@@ -24,3 +24,14 @@ type BatchMarker interface {
 	// statements; those that succeeded stay applied).
 	MarkDoneBatch(ctx context.Context, db DBTX, owner string, ids []string, now time.Time) (int64, error)
 }
+
+// DoneDeleter is an optional capability of a Store: deleting delivered
+// events instead of keeping them as DONE rows. The dispatcher uses it when
+// dispatch.Config.DeleteDelivered is set, and requires it then.
+type DoneDeleter interface {
+	// DeleteDoneBatch deletes the rows of ids, all leased by owner, and
+	// returns how many it deleted. It is fenced as MarkDoneBatch is: a row
+	// no longer leased by owner, or terminal (DONE or DEAD), is left alone
+	// and not counted; an unknown id is skipped. Duplicate ids count once.
+	DeleteDoneBatch(ctx context.Context, db DBTX, owner string, ids []string) (int64, error)
+}

@@ -84,6 +84,14 @@ type Config struct {
 	// 2-4% more throughput than 1ms under a full write load on PostgreSQL
 	// and MariaDB (docs/BENCHMARKS.md). Default 5ms.
 	DoneBatchLinger time.Duration
+	// DeleteDelivered deletes each delivered event's row instead of marking
+	// it DONE, in the same batches. Store must implement core.DoneDeleter
+	// (the SQL stores do); New fails otherwise. No DONE rows are kept, so
+	// there are none to purge or count, and an event's delivery leaves no
+	// trace in the table; FAILED deliveries still end DEAD. The delete costs
+	// the database less than the update: see docs/BENCHMARKS.md. Default
+	// false.
+	DeleteDelivered bool
 
 	// NoYieldAfterCommit keeps the committing goroutine running after the
 	// writer hook has put its transaction's events on the hot queue. By
@@ -143,6 +151,9 @@ func (c Config) withDefaults() (Config, error) {
 		return c, invalid("DoneBatchSize is negative")
 	case c.DoneBatchLinger < 0:
 		return c, invalid("DoneBatchLinger is negative")
+	}
+	if _, ok := c.Store.(core.DoneDeleter); c.DeleteDelivered && !ok {
+		return c, invalid("DeleteDelivered is set but Store %T does not implement core.DoneDeleter", c.Store)
 	}
 	for i, ic := range c.Interceptors {
 		if ic == nil {

@@ -73,8 +73,16 @@ func New(cfg Config) (*Dispatcher, error) {
 	if !cfg.NoYieldAfterCommit {
 		d.yield = runtime.Gosched
 	}
-	if bm, ok := cfg.Store.(core.BatchMarker); ok && cfg.DoneBatchSize > 1 {
-		d.batch = newDoneBatcher(d, bm)
+	switch bm, ok := cfg.Store.(core.BatchMarker); {
+	case cfg.DeleteDelivered:
+		dd := cfg.Store.(core.DoneDeleter) // checked by withDefaults
+		d.batch = newDoneBatcher(d, "delete", func(ctx context.Context, owner string, ids []string, _ time.Time) (int64, error) {
+			return dd.DeleteDoneBatch(ctx, cfg.DB, owner, ids)
+		})
+	case ok && cfg.DoneBatchSize > 1:
+		d.batch = newDoneBatcher(d, "DONE", func(ctx context.Context, owner string, ids []string, now time.Time) (int64, error) {
+			return bm.MarkDoneBatch(ctx, cfg.DB, owner, ids, now)
+		})
 	}
 	return d, nil
 }

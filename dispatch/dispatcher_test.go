@@ -122,6 +122,7 @@ func TestNewValidates(t *testing.T) {
 		{"negative done batch size", func(c *dispatch.Config) { c.DoneBatchSize = -1 }},
 		{"negative done batch linger", func(c *dispatch.Config) { c.DoneBatchLinger = -1 }},
 		{"nil interceptor", func(c *dispatch.Config) { c.Interceptors = []core.Interceptor{nil} }},
+		{"DeleteDelivered without core.DoneDeleter", func(c *dispatch.Config) { c.DeleteDelivered = true }},
 	}
 	for _, tt := range tests {
 		cfg := good

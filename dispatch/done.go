@@ -7,10 +7,12 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
-// doneBatcher writes DONE outcomes in batches through a core.BatchMarker.
-// Workers hand it delivered events (add); one goroutine (run) collects them
-// for up to Config.DoneBatchLinger or Config.DoneBatchSize events, writes
-// them with one MarkDoneBatch per lease owner, and only then drops them from
+// doneBatcher writes DONE outcomes in batches through a core.BatchMarker,
+// or deletes delivered events through a core.DoneDeleter
+// (Config.DeleteDelivered). Workers hand it delivered events (add); one
+// goroutine (run) collects them for up to Config.DoneBatchLinger or
+// Config.DoneBatchSize events, writes them with one statement per lease
+// owner, and only then drops them from
 // the in-flight tracker, so that an event whose DONE is not yet written is
 // never accepted again. A failed write is tried again (see run).
 //
@@ -20,7 +22,8 @@ import (
 // table. Memory stays bounded.
 type doneBatcher struct {
 	d      *Dispatcher
-	bm     core.BatchMarker
+	what   string // "DONE", or "delete" with Config.DeleteDelivered, for logs
+	record recordFunc
 	size   int
 	linger time.Duration
 	in     chan doneItem // closed by the supervisor once every worker has exited
@@ -31,10 +34,14 @@ type doneBatcher struct {
 // write needs, so that a pending batch holds no payload.
 type doneItem struct{ id, owner string }
 
-func newDoneBatcher(d *Dispatcher, bm core.BatchMarker) *doneBatcher {
+// recordFunc records the delivery of ids leased by owner in one call:
+// core.BatchMarker.MarkDoneBatch or core.DoneDeleter.DeleteDoneBatch.
+type recordFunc func(ctx context.Context, owner string, ids []string, now time.Time) (int64, error)
+
+func newDoneBatcher(d *Dispatcher, what string, record recordFunc) *doneBatcher {
 	size := d.cfg.DoneBatchSize
 	return &doneBatcher{
-		d: d, bm: bm, size: size, linger: d.cfg.DoneBatchLinger,
+		d: d, what: what, record: record, size: size, linger: d.cfg.DoneBatchLinger,
 		// Room for the next batches while one is being written, so that a
 		// slow write does not stall the workers at once.
 		in:   make(chan doneItem, max(2*size, 1024)),
@@ -136,19 +143,19 @@ func (b *doneBatcher) write(ctx context.Context, items []doneItem) (failed []don
 	now := d.cfg.Now()
 	var written []string
 	for _, g := range groupByOwner(items) {
-		n, err := b.bm.MarkDoneBatch(wctx, d.cfg.DB, g.owner, g.ids, now)
+		n, err := b.record(wctx, g.owner, g.ids, now)
 		switch {
 		case err != nil:
 			d.cfg.Metrics.StoreError()
-			d.log.Error().Err(err).Int("events", len(g.ids)).Str("first_event_id", g.ids[0]).
-				Msg("outbox write-back of a DONE batch failed; trying again")
+			d.log.Error().Err(err).Int("events", len(g.ids)).Str("first_event_id", g.ids[0]).Str("write", b.what).
+				Msg("outbox write-back of delivered events failed; trying again")
 			for _, id := range g.ids {
 				failed = append(failed, doneItem{id: id, owner: g.owner})
 			}
 			continue
 		case n < int64(len(g.ids)):
-			d.log.Warn().Int("events", len(g.ids)).Int64("written", n).Str("first_event_id", g.ids[0]).
-				Msg("outbox write-back fenced for part of a DONE batch: leases lost to another owner or rows terminal")
+			d.log.Warn().Int("events", len(g.ids)).Int64("written", n).Str("first_event_id", g.ids[0]).Str("write", b.what).
+				Msg("outbox write-back fenced for part of a batch of delivered events: leases lost to another owner or rows terminal")
 		}
 		written = append(written, g.ids...)
 	}

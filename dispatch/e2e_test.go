@@ -527,3 +527,57 @@ func TestE2ETwoInstancesNoDuplicatesNoLoss(t *testing.T) {
 		}
 	})
 }
+
+// TestE2EDeleteDelivered: with DeleteDelivered, the rows of delivered events
+// are deleted, whether they came through the hot path, the poller or a
+// retry; a DEAD event's row stays.
+func TestE2EDeleteDelivered(t *testing.T) {
+	t.Parallel()
+	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
+		t.Parallel()
+		rec := testnode.NewDeliveryLog()
+		envs, ids := newEnvs(t, 20)
+		flaky, poison := ids[0], ids[1]
+		var flakyCalls atomic.Int32
+		gate := make(chan struct{})
+		n := startNode(t, tg, tg.DB, registry(t, func(_ context.Context, ev core.Event) error {
+			<-gate
+			rec.Record(ev.ID())
+			switch {
+			case ev.ID() == poison:
+				return core.Permanent(errors.New("poison"))
+			case ev.ID() == flaky && flakyCalls.Add(1) == 1:
+				return errors.New("fails once")
+			}
+			return nil
+		}), testnode.Options{Dispatch: func(c *dispatch.Config) {
+			c.DeleteDelivered = true
+			c.HotQueueSize = 5
+			c.Workers = 1
+		}})
+		write(t, n, envs...) // the hot queue takes 5 of 20: the rest go through the poller
+		close(gate)
+		rec.WaitFor(t, e2eDeadline, "every event, the flaky one twice", func(c map[string]int) bool {
+			return len(c) == len(ids) && c[flaky] == 2
+		})
+		n.Close(t) // writes the last deletes
+		for _, id := range ids {
+			want := 1
+			if id == flaky {
+				want = 2
+			}
+			if c := rec.Count(id); c != want {
+				t.Errorf("%s delivered %d times, want %d", id, c, want)
+			}
+		}
+		if got := testnode.StatusCounts(t, tg.DB, tg.Table); len(got) != 1 || got[core.StatusDead] != 1 {
+			t.Errorf("rows by status %v, want only the DEAD one", got)
+		}
+		if ev := getEvent(t, tg, poison); ev.Status != core.StatusDead {
+			t.Errorf("poison event is %v, want DEAD", ev.Status)
+		}
+		if m := n.Metrics.Counts(); m.ColdEnqueued == 0 || m.HotEnqueued == 0 {
+			t.Errorf("hot/cold enqueued = %d/%d, want both paths used", m.HotEnqueued, m.ColdEnqueued)
+		}
+	})
+}

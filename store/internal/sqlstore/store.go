@@ -257,20 +257,35 @@ func (s *Store) MarkDone(ctx context.Context, db core.DBTX, owner, id string, no
 // 40,000-row table, and growing with the table until it is vacuumed).
 const notTerminal = "status NOT IN (1, 3)"
 
-// markDoneBatchChunk caps the ids of one MarkDoneBatch statement.
-const markDoneBatchChunk = 512
+// batchChunk caps the ids of one MarkDoneBatch or DeleteDoneBatch statement.
+const batchChunk = 512
 
 // MarkDoneBatch implements core.BatchMarker: one UPDATE per 512 ids, fenced
 // like MarkDone.
+func (s *Store) MarkDoneBatch(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, error) {
+	return s.leasedBatch(ctx, db, "mark done", "UPDATE "+s.qt+" SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL "+
+		"WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (", ids, s.ts(now), owner)
+}
+
+// DeleteDoneBatch implements core.DoneDeleter: one DELETE per 512 ids,
+// fenced like MarkDone.
+func (s *Store) DeleteDoneBatch(ctx context.Context, db core.DBTX, owner string, ids []string) (int64, error) {
+	return s.leasedBatch(ctx, db, "delete delivered", "DELETE FROM "+s.qt+
+		" WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (", ids, owner)
+}
+
+// leasedBatch runs prefix, completed by a list of ids and ")", for each chunk
+// of up to batchChunk ids, with the lead arguments before the ids, and returns
+// how many rows the statements changed.
 //
 // With Dialect.PadIDLists the id list is padded to a power of two by
 // repeating its last id, so that batches of any length share ten statement
 // texts: drivers that cache prepared statements by text (pgx keeps 512 per
 // connection) reuse them instead of preparing, and evicting, one per batch
 // length.
-func (s *Store) MarkDoneBatch(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, error) {
+func (s *Store) leasedBatch(ctx context.Context, db core.DBTX, op, prefix string, ids []string, lead ...any) (int64, error) {
 	var total int64
-	for chunk := range slices.Chunk(ids, markDoneBatchChunk) {
+	for chunk := range slices.Chunk(ids, batchChunk) {
 		padded := chunk
 		if n := nextPow2(len(chunk)); s.d.PadIDLists && n > len(chunk) {
 			padded = make([]string, n)
@@ -279,11 +294,10 @@ func (s *Store) MarkDoneBatch(ctx context.Context, db core.DBTX, owner string, i
 				padded[i] = chunk[len(chunk)-1]
 			}
 		}
-		q, args := s.inList("UPDATE "+s.qt+" SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL "+
-			"WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (", padded, s.ts(now), owner)
+		q, args := s.inList(prefix, padded, lead...)
 		n, err := s.exec(ctx, db, q+")", args...)
 		if err != nil {
-			return total, s.wrap("mark done", err)
+			return total, s.wrap(op, err)
 		}
 		total += n
 	}

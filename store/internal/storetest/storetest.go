@@ -48,6 +48,7 @@ func Run(t *testing.T, open Open) {
 		{"MarksNeverMoveTerminalRows", testTerminalRowsStay},
 		{"Fencing", testFencing},
 		{"MarkDoneBatch", testMarkDoneBatch},
+		{"DeleteDoneBatch", testDeleteDoneBatch},
 		{"LastErrorTruncated", testLastErrorTruncated},
 		{"ClaimReportsUndecodableRows", testUndecodable},
 		{"ConcurrentClaimersDisjoint", testConcurrentClaimers},
