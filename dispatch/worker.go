@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 
 	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/delivery"
 )
 
 // work is one worker: it takes events until shutdown and processes each.
@@ -157,46 +157,18 @@ func (d *Dispatcher) deliver(ctx context.Context, ev core.Event) (outcome, error
 }
 
 func callListener(ctx context.Context, l core.Listener, ev core.Event) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = &panicError{value: r, stack: debug.Stack()}
-		}
-	}()
+	defer delivery.Recover(&err)
 	return l.Handle(ctx, ev)
 }
 
 func callBefore(ctx context.Context, ic core.Interceptor, ev core.Event) (next context.Context, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			next, err = nil, &panicError{value: r, stack: debug.Stack()}
-		}
-	}()
+	defer delivery.Recover(&err)
 	return ic.Before(ctx, ev)
 }
 
 func callAfter(ctx context.Context, ic core.Interceptor, ev core.Event, outcome error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = &panicError{value: r, stack: debug.Stack()}
-		}
-	}()
+	defer delivery.Recover(&err)
 	return ic.After(ctx, ev, outcome)
-}
-
-// panicError is a recovered panic. Its message (stored as last_error) holds
-// the panic value; the stack goes to the log only.
-type panicError struct {
-	value any
-	stack []byte
-}
-
-func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
-
-// Unwrap returns the panic value if it is an error, so that a panic with a
-// *core.PermanentError still means permanent.
-func (e *panicError) Unwrap() error {
-	err, _ := e.value.(error)
-	return err
 }
 
 // record writes the outcome back, fenced by the event's lease owner. A store
@@ -207,15 +179,14 @@ func (d *Dispatcher) record(ctx context.Context, ev core.Event, res outcome, err
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.StoreTimeout)
 	defer cancel()
 	var (
-		st      = d.cfg.Store
-		owner   = ev.LockedBy
-		id      = ev.ID()
-		now     = d.cfg.Now()
-		perm    *core.PermanentError
-		retryAf *core.RetryError
+		st    = d.cfg.Store
+		owner = ev.LockedBy
+		id    = ev.ID()
+		now   = d.cfg.Now()
+		perm  *core.PermanentError
 	)
-	if pe := (*panicError)(nil); errors.As(err, &pe) {
-		d.eventLog(d.log.Error(), ev).Str("panic", fmt.Sprint(pe.value)).Bytes("stack", pe.stack).Msg("outbox listener panicked")
+	if pe := (*delivery.PanicError)(nil); errors.As(err, &pe) {
+		d.eventLog(d.log.Error(), ev).Str("panic", fmt.Sprint(pe.Value)).Bytes("stack", pe.Stack).Msg("outbox listener panicked")
 	}
 	switch {
 	case res == delivered:
@@ -240,19 +211,17 @@ func (d *Dispatcher) record(ctx context.Context, ev core.Event, res outcome, err
 			d.releaseLater(owner, []string{id})
 		}
 
-	case errors.As(err, &perm) || ev.Attempts+1 >= d.cfg.MaxAttempts:
-		d.cfg.Metrics.DispatchDead()
-		d.eventLog(d.log.Error(), ev).Err(err).Int("attempts", ev.Attempts+1).Msg("outbox event failed; marked DEAD")
-		ok, serr := st.MarkDead(wctx, d.cfg.DB, owner, id, now, core.TruncateError(err.Error()))
-		d.written(ev, "dead", ok, serr)
-
 	default:
-		d.cfg.Metrics.DispatchFailure()
 		attempts := ev.Attempts + 1
-		delay := d.cfg.Retry.Delay(attempts)
-		if errors.As(err, &retryAf) {
-			delay = max(retryAf.Delay, 0)
+		dead, delay := delivery.AfterFailure(err, attempts, d.cfg.MaxAttempts, d.cfg.Retry)
+		if dead {
+			d.cfg.Metrics.DispatchDead()
+			d.eventLog(d.log.Error(), ev).Err(err).Int("attempts", attempts).Msg("outbox event failed; marked DEAD")
+			ok, serr := st.MarkDead(wctx, d.cfg.DB, owner, id, now, core.TruncateError(err.Error()))
+			d.written(ev, "dead", ok, serr)
+			return
 		}
+		d.cfg.Metrics.DispatchFailure()
 		next := now.Add(delay)
 		d.eventLog(d.log.Warn(), ev).Err(err).Int("attempts", attempts).Dur("retry_in", delay).Msg("outbox event failed; retry scheduled")
 		d.untrack(id)

@@ -46,6 +46,7 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
+	"github.com/outboxkit/outbox/internal/delivery"
 	"github.com/outboxkit/outbox/store/sqlite"
 	"github.com/outboxkit/outbox/txctx"
 )
@@ -290,22 +291,14 @@ func (h *Harness) deliver(ctx context.Context, ev core.Event) (ok bool, err erro
 		return false, wrap(err)
 	}
 	lerr := call(ctx, l, ev)
-	var (
-		perm  *core.PermanentError
-		retry *core.RetryError
-	)
-	switch {
-	case lerr == nil:
+	if lerr == nil {
 		_, err = h.Store.MarkDone(ctx, h.DB, Owner, id, now)
 		return true, wrap(err)
-	case errors.As(lerr, &perm) || ev.Attempts+1 >= h.maxAttempts:
-		_, err = h.Store.MarkDead(ctx, h.DB, Owner, id, now, lerr.Error())
-	default:
-		delay := h.retry.Delay(ev.Attempts + 1)
-		if errors.As(lerr, &retry) {
-			delay = max(retry.Delay, 0)
-		}
-		_, err = h.Store.MarkRetry(ctx, h.DB, Owner, id, now.Add(delay), lerr.Error())
+	}
+	if dead, delay := delivery.AfterFailure(lerr, ev.Attempts+1, h.maxAttempts, h.retry); dead {
+		_, err = h.Store.MarkDead(ctx, h.DB, Owner, id, now, core.TruncateError(lerr.Error()))
+	} else {
+		_, err = h.Store.MarkRetry(ctx, h.DB, Owner, id, now.Add(delay), core.TruncateError(lerr.Error()))
 	}
 	return false, wrap(err)
 }
@@ -319,21 +312,6 @@ func wrap(err error) error {
 
 // call runs the listener; a panic becomes its error, as in the dispatcher.
 func call(ctx context.Context, l core.Listener, ev core.Event) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = &panicError{value: r}
-		}
-	}()
+	defer delivery.Recover(&err)
 	return l.Handle(ctx, ev)
-}
-
-// panicError is a recovered listener panic; it unwraps to the panic value
-// when that is an error, so a panic with core.Permanent still means DEAD.
-type panicError struct{ value any }
-
-func (e *panicError) Error() string { return fmt.Sprintf("panic: %v", e.value) }
-
-func (e *panicError) Unwrap() error {
-	err, _ := e.value.(error)
-	return err
 }
