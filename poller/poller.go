@@ -39,7 +39,8 @@ const (
 // Poller claims deliverable events from the outbox table with a lease and
 // hands them to a Handler, normally the dispatcher's cold queue. It never
 // claims more than the handler can take, and releases at once the leases of
-// events the handler refuses.
+// events the handler refuses (a release that fails is tried again in the
+// next cycles).
 //
 // A Poller is safe for concurrent use. Its lifecycle is New, Start, Close;
 // PollOnce runs one cycle without Start.
