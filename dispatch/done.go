@@ -98,7 +98,7 @@ func (b *doneBatcher) run(ctx context.Context) {
 			continue
 		}
 		if !ok {
-			b.letGo(ctx, failed)
+			b.lastTry(ctx, failed)
 			return
 		}
 		batch = append(batch[:0], it)
@@ -125,14 +125,14 @@ func (b *doneBatcher) run(ctx context.Context) {
 			failed = b.keep(failed, f)
 		}
 		if closed {
-			b.letGo(ctx, failed)
+			b.lastTry(ctx, failed)
 			return
 		}
 	}
 }
 
 // write records items as DONE, one statement per lease owner, untracks the
-// events of the statements that succeeded and returns the items of those
+// events of each statement that succeeds and returns the items of those
 // that failed. A failed write is an infrastructure failure, not a listener
 // failure: it is logged and counted once per failed statement
 // (Metrics.StoreError).
@@ -141,7 +141,6 @@ func (b *doneBatcher) write(ctx context.Context, items []doneItem) (failed []don
 	wctx, cancel := context.WithTimeout(ctx, d.cfg.StoreTimeout)
 	defer cancel()
 	now := d.cfg.Now()
-	var written []string
 	for _, g := range groupByOwner(items) {
 		n, err := b.record(wctx, g.owner, g.ids, now)
 		switch {
@@ -157,9 +156,8 @@ func (b *doneBatcher) write(ctx context.Context, items []doneItem) (failed []don
 			d.log.Warn().Int("events", len(g.ids)).Int64("written", n).Str("first_event_id", g.ids[0]).Str("write", b.what).
 				Msg("outbox write-back fenced for part of a batch of delivered events: leases lost to another owner or rows terminal")
 		}
-		written = append(written, g.ids...)
+		b.untrack(g.ids)
 	}
-	b.untrack(written)
 	return failed
 }
 
@@ -167,24 +165,29 @@ func (b *doneBatcher) write(ctx context.Context, items []doneItem) (failed []don
 // the rest are let go.
 func (b *doneBatcher) keep(failed, f []doneItem) []doneItem {
 	n := min(len(f), max(maxUnwritten-len(failed), 0))
-	if rest := f[n:]; len(rest) > 0 {
-		b.d.log.Warn().Int("events", len(rest)).
-			Msg("outbox dispatcher keeps too many unwritten DONE outcomes; these events will be delivered again once their leases expire")
-		b.untrack(itemIDs(rest))
-	}
+	b.letGo(f[n:], "outbox dispatcher keeps too many unwritten DONE outcomes")
 	return append(failed, f[:n]...)
 }
 
-// letGo makes the last attempt at shutdown and untracks what still fails.
-func (b *doneBatcher) letGo(ctx context.Context, failed []doneItem) {
-	if len(failed) == 0 {
+// lastTry makes the last attempt at shutdown and lets go of what still fails.
+func (b *doneBatcher) lastTry(ctx context.Context, failed []doneItem) {
+	if len(failed) > 0 {
+		b.letGo(b.write(ctx, failed), "outbox DONE outcomes not written at shutdown")
+	}
+}
+
+// letGo untracks the events of items, whose DONE is not written: they are
+// delivered again once their leases expire.
+func (b *doneBatcher) letGo(items []doneItem, why string) {
+	if len(items) == 0 {
 		return
 	}
-	if rest := b.write(ctx, failed); len(rest) > 0 {
-		b.d.log.Warn().Int("events", len(rest)).
-			Msg("outbox DONE outcomes not written at shutdown; these events will be delivered again once their leases expire")
-		b.untrack(itemIDs(rest))
+	b.d.log.Warn().Int("events", len(items)).Msg(why + "; these events will be delivered again once their leases expire")
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.id
 	}
+	b.untrack(ids)
 }
 
 // untrack drops ids from the in-flight tracker.
@@ -195,14 +198,6 @@ func (b *doneBatcher) untrack(ids []string) {
 		delete(d.tracked, id)
 	}
 	d.mu.Unlock()
-}
-
-func itemIDs(items []doneItem) []string {
-	ids := make([]string, len(items))
-	for i, it := range items {
-		ids[i] = it.id
-	}
-	return ids
 }
 
 // ownerIDs is the ids of a batch leased by one owner.

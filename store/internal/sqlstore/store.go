@@ -257,7 +257,8 @@ func (s *Store) MarkDone(ctx context.Context, db core.DBTX, owner, id string, no
 // 40,000-row table, and growing with the table until it is vacuumed).
 const notTerminal = "status NOT IN (1, 3)"
 
-// batchChunk caps the ids of one MarkDoneBatch or DeleteDoneBatch statement.
+// batchChunk caps the ids of one MarkDoneBatch, DeleteDoneBatch or Release
+// statement.
 const batchChunk = 512
 
 // MarkDoneBatch implements core.BatchMarker: one UPDATE per 512 ids, fenced
@@ -527,26 +528,11 @@ func compareEvents(a, b core.Event) int {
 	return strings.Compare(a.ID(), b.ID())
 }
 
-// Release implements core.Store.
+// Release implements core.Store: one UPDATE per 512 ids, fenced like
+// MarkDone.
 func (s *Store) Release(ctx context.Context, db core.DBTX, owner string, ids []string) (int64, error) {
-	var total int64
-	for chunk := range slices.Chunk(ids, 500) {
-		q, args := s.inList("UPDATE "+s.qt+" SET locked_by = NULL, locked_at = NULL WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (", chunk, owner)
-		var n int64
-		err := s.retry(ctx, db, func() error {
-			res, err := db.ExecContext(ctx, s.d.rebind(q+")"), args...)
-			if err != nil {
-				return err
-			}
-			n, err = res.RowsAffected()
-			return err
-		})
-		if err != nil {
-			return total, s.wrap("release events", err)
-		}
-		total += n
-	}
-	return total, nil
+	return s.leasedBatch(ctx, db, "release events", "UPDATE "+s.qt+" SET locked_by = NULL, locked_at = NULL "+
+		"WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (", ids, owner)
 }
 
 func (s *Store) deadWhere(f core.DeadFilter) (string, []any) {
