@@ -185,7 +185,7 @@ func (d *Dispatcher) record(ctx context.Context, ev core.Event, res outcome, err
 		now   = d.cfg.Now()
 		perm  *core.PermanentError
 	)
-	if pe := (*delivery.PanicError)(nil); errors.As(err, &pe) {
+	if pe := (*core.PanicError)(nil); errors.As(err, &pe) {
 		d.eventLog(d.log.Error(), ev).Str("panic", fmt.Sprint(pe.Value)).Bytes("stack", pe.Stack).Msg("outbox listener panicked")
 	}
 	switch {

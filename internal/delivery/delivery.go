@@ -6,7 +6,6 @@ package delivery
 
 import (
 	"errors"
-	"fmt"
 	"runtime/debug"
 	"time"
 
@@ -30,27 +29,12 @@ func AfterFailure(err error, attempts, maxAttempts int, policy core.RetryPolicy)
 	return false, policy.Delay(attempts)
 }
 
-// Recover turns a panic of the calling function into a *PanicError in *err.
+// Recover turns a panic of the calling function into a *core.PanicError in
+// *err.
 // Use it as `defer delivery.Recover(&err)` in a function with a named error
 // result.
 func Recover(err *error) {
 	if r := recover(); r != nil {
-		*err = &PanicError{Value: r, Stack: debug.Stack()}
+		*err = &core.PanicError{Value: r, Stack: debug.Stack()}
 	}
-}
-
-// PanicError is a recovered panic. Its message (stored as last_error) holds
-// the panic value; the stack is for logs only.
-type PanicError struct {
-	Value any
-	Stack []byte
-}
-
-func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
-
-// Unwrap returns the panic value if it is an error, so that a panic with a
-// *core.PermanentError still means permanent.
-func (e *PanicError) Unwrap() error {
-	err, _ := e.Value.(error)
-	return err
 }

@@ -34,7 +34,7 @@ func TestAfterFailure(t *testing.T) {
 		{"RetryAfter", core.RetryAfter(plain, 42*time.Millisecond), 2, false, 42 * time.Millisecond},
 		{"RetryAfter, negative", core.RetryAfter(plain, -time.Second), 2, false, 0},
 		{"RetryAfter on the last attempt", core.RetryAfter(plain, time.Second), 5, true, 0},
-		{"a panic with a permanent error", &delivery.PanicError{Value: core.Permanent(plain)}, 1, true, 0},
+		{"a panic with a permanent error", &core.PanicError{Value: core.Permanent(plain)}, 1, true, 0},
 	}
 	for _, tt := range tests {
 		dead, delay := delivery.AfterFailure(tt.err, tt.attempts, 5, step{})
@@ -58,7 +58,7 @@ func TestRecover(t *testing.T) {
 		t.Errorf("returned error: %v, want it unchanged", err)
 	}
 	err := run(func() error { panic("oops") })
-	var pe *delivery.PanicError
+	var pe *core.PanicError
 	if !errors.As(err, &pe) || err.Error() != "panic: oops" || len(pe.Stack) == 0 {
 		t.Fatalf("panic(\"oops\") became %v (%T), want a *PanicError with a stack", err, err)
 	}
