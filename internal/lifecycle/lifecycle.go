@@ -1,6 +1,7 @@
 // Package lifecycle is the Start/Close shape shared by the library's
-// background loops (poller, purger, metrics sampler), so that each behaves the
-// same way:
+// background components, so that each behaves the same way. Loop runs one
+// goroutine (poller, purger, metrics sampler); Staged runs a component whose
+// shutdown has stages (the dispatcher, the Outbox). Both share these rules:
 //
 //   - Start launches one goroutine and returns at once; a second Start returns
 //     core.ErrAlreadyStarted and a Start after Close returns core.ErrClosed.
@@ -14,15 +15,12 @@ package lifecycle
 import (
 	"context"
 	"sync"
-
-	"github.com/outboxkit/outbox/core"
 )
 
 // Loop owns one background goroutine. The zero value is ready to use.
 type Loop struct {
-	mu       sync.Mutex
-	started  bool
-	closed   bool
+	guard    guard
+	mu       sync.Mutex // guards the lazy init of stop and done
 	stop     chan struct{} // closed when stopping is requested
 	done     chan struct{} // closed when the goroutine has returned
 	cancel   context.CancelFunc
@@ -30,6 +28,8 @@ type Loop struct {
 }
 
 func (l *Loop) init() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.stop == nil {
 		l.stop = make(chan struct{})
 		l.done = make(chan struct{})
@@ -41,26 +41,19 @@ func (l *Loop) init() {
 // channel, closed when Close is called or ctx is done; fn must return soon
 // after stop is closed.
 func (l *Loop) Start(ctx context.Context, fn func(work context.Context, stop <-chan struct{})) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	switch {
-	case l.closed:
-		return core.ErrClosed
-	case l.started:
-		return core.ErrAlreadyStarted
-	}
 	l.init()
-	l.started = true
-	work, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	l.cancel = cancel
-	unwatch := context.AfterFunc(ctx, l.signalStop)
-	go func() {
-		defer close(l.done)
-		defer cancel()
-		defer unwatch()
-		fn(work, l.stop)
-	}()
-	return nil
+	return l.guard.start(func() error {
+		work, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		l.cancel = cancel
+		unwatch := context.AfterFunc(ctx, l.signalStop)
+		go func() {
+			defer close(l.done)
+			defer cancel()
+			defer unwatch()
+			fn(work, l.stop)
+		}()
+		return nil
+	})
 }
 
 func (l *Loop) signalStop() { l.stopOnce.Do(func() { close(l.stop) }) }
@@ -69,11 +62,8 @@ func (l *Loop) signalStop() { l.stopOnce.Do(func() { close(l.stop) }) }
 // ctx ends first, it cancels the work context and keeps waiting. It always
 // returns nil; the error result keeps the shape of the components' Close.
 func (l *Loop) Close(ctx context.Context) error {
-	l.mu.Lock()
 	l.init()
-	l.closed = true
-	started, cancel := l.started, l.cancel
-	l.mu.Unlock()
+	started := l.guard.close()
 	l.signalStop()
 	if !started {
 		return nil
@@ -81,24 +71,18 @@ func (l *Loop) Close(ctx context.Context) error {
 	select {
 	case <-l.done:
 	case <-ctx.Done():
-		cancel()
+		l.cancel() // written by Start before started was set
 		<-l.done
 	}
 	return nil
 }
 
 // Closed reports whether Close has been called.
-func (l *Loop) Closed() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.closed
-}
+func (l *Loop) Closed() bool { return l.guard.isClosed() }
 
 // Done returns a channel closed when the goroutine has returned; it is never
 // closed for a loop that was not started.
 func (l *Loop) Done() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	l.init()
 	return l.done
 }
