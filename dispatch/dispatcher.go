@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/lease"
+	"github.com/outboxkit/outbox/internal/lifecycle"
 )
 
 // Dispatcher delivers events to their listeners from two bounded in-memory
@@ -25,26 +28,16 @@ type Dispatcher struct {
 	log   zerolog.Logger
 
 	hot, cold chan core.Event
-	tick      atomic.Uint64 // weighted round-robin position shared by all workers
-	batch     *doneBatcher  // nil: DONE outcomes are written one by one
-	yield     func()        // run by the writer hook once it queued events; nil: none
+	tick      atomic.Uint64   // weighted round-robin position shared by all workers
+	inflight  *inflight       // what the dispatcher holds; see inflight.go
+	batch     *doneBatcher    // nil: DONE outcomes are written one by one
+	yield     func()          // run by the writer hook once it queued events; nil: none
+	releaser  *lease.Releaser // leases whose release failed; see release.go
 
-	mu      sync.Mutex
-	started bool
-	closing bool                // intake stopped; set once, never cleared
-	tracked map[string]struct{} // ids queued, in flight, or with their DONE or DEAD being written
-	due     []func(time.Time)
+	dueMu sync.Mutex
+	due   []func(time.Time)
 
-	unreleased unreleased // leases whose release failed; see release.go
-
-	closeReq     chan struct{} // closed when shutdown begins (Close or Start's ctx)
-	closeReqOnce sync.Once
-	hardStop     chan struct{} // closed when the drain is over: stop taking work, cancel listeners
-	hardStopOnce sync.Once
-	done         chan struct{} // closed once every goroutine has exited and leases are released
-	doneOnce     sync.Once
-	closeErr     error // written before done is closed
-
+	life     *lifecycle.Staged
 	workers  sync.WaitGroup
 	retrying chan struct{} // closed when the release retry goroutine has exited
 }
@@ -58,18 +51,32 @@ func New(cfg Config) (*Dispatcher, error) {
 		return nil, err
 	}
 	d := &Dispatcher{
-		cfg:        cfg,
-		owner:      cfg.Owner,
-		log:        cfg.Logger.With().Str("component", "outbox.dispatcher").Logger(),
-		hot:        make(chan core.Event, cfg.HotQueueSize),
-		cold:       make(chan core.Event, cfg.ColdQueueSize),
-		tracked:    make(map[string]struct{}),
-		unreleased: newUnreleased(),
-		retrying:   make(chan struct{}),
-		closeReq:   make(chan struct{}),
-		hardStop:   make(chan struct{}),
-		done:       make(chan struct{}),
+		cfg:      cfg,
+		owner:    cfg.Owner,
+		log:      cfg.Logger.With().Str("component", "outbox.dispatcher").Logger(),
+		hot:      make(chan core.Event, cfg.HotQueueSize),
+		cold:     make(chan core.Event, cfg.ColdQueueSize),
+		inflight: newInflight(),
+		retrying: make(chan struct{}),
 	}
+	d.releaser = d.newReleaser()
+	d.life = lifecycle.NewStaged(lifecycle.Stages{
+		StopIntake:   d.inflight.stopIntake,
+		Drain:        d.workers.Wait,
+		DrainTimeout: cfg.DrainTimeout,
+		DrainTimedOut: func() {
+			d.log.Warn().Dur("drain_timeout", cfg.DrainTimeout).Msg("outbox dispatcher drain timed out; cancelling listeners")
+		},
+		AfterHardStop: func() {
+			<-d.retrying // its last try is releaseQueued's
+			if d.batch != nil {
+				// No worker adds any more: write the last DONE batch.
+				close(d.batch.in)
+				<-d.batch.done
+			}
+		},
+		Final: d.releaseQueued,
+	})
 	if !cfg.NoYieldAfterCommit {
 		d.yield = runtime.Gosched
 	}
@@ -97,28 +104,20 @@ func (d *Dispatcher) Owner() string { return d.owner }
 // Close does (with the full DrainTimeout); listener contexts carry ctx's
 // values but are cancelled only by that shutdown.
 func (d *Dispatcher) Start(ctx context.Context) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	switch {
-	case d.closing:
-		return core.ErrClosed
-	case d.started:
-		return core.ErrAlreadyStarted
-	}
-	d.started = true
-	base, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	if d.batch != nil {
-		go d.batch.run(base) // owned: the supervisor waits on d.batch.done
-	}
-	for range d.cfg.Workers {
-		d.workers.Go(func() { d.work(base) })
-	}
-	go func() { // owned: the supervisor waits on d.retrying
-		defer close(d.retrying)
-		d.retryReleases(base, d.hardStop) // base ends with the listeners' contexts
-	}()
-	go d.supervise(ctx, cancel) // owned through d.done, which it closes last
-	return nil
+	return d.life.Start(ctx, func(work context.Context) error {
+		if d.batch != nil {
+			go d.batch.run(work) // owned: AfterHardStop waits on d.batch.done
+		}
+		for range d.cfg.Workers {
+			d.workers.Go(func() { d.work(work) })
+		}
+		go func() { // owned: AfterHardStop waits on d.retrying
+			defer close(d.retrying)
+			// work ends with the listeners' contexts, at the hard stop.
+			d.releaser.Run(work, d.life.HardStop())
+		}()
+		return nil
+	})
 }
 
 // Close shuts the dispatcher down: it stops intake (enqueues return false),
@@ -132,78 +131,12 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 // its context delays it. Close is idempotent and safe to call concurrently;
 // every call waits for the shutdown to finish. The error reports a failed
 // lease release (the leases then expire on their own).
-func (d *Dispatcher) Close(ctx context.Context) error {
-	d.mu.Lock()
-	d.closing = true
-	started := d.started
-	d.mu.Unlock()
-	d.closeReqOnce.Do(func() { close(d.closeReq) })
-	if !started {
-		// No goroutine runs; give back whatever was queued before Start.
-		// Concurrent callers wait in finish until it is done.
-		d.finish(func() error { return d.releaseQueued(ctx) })
-	}
-	select {
-	case <-d.done:
-	case <-ctx.Done():
-		d.stopHard()
-		<-d.done
-	}
-	return d.closeErr
-}
+func (d *Dispatcher) Close(ctx context.Context) error { return d.life.Close(ctx) }
 
-// supervise waits for the shutdown signal, then runs the shutdown sequence.
-func (d *Dispatcher) supervise(startCtx context.Context, cancelListeners context.CancelFunc) {
-	select {
-	case <-startCtx.Done():
-		d.mu.Lock()
-		d.closing = true
-		d.mu.Unlock()
-		d.closeReqOnce.Do(func() { close(d.closeReq) })
-	case <-d.closeReq:
-	}
-
-	drained := make(chan struct{})
-	go func() { // owned: the supervisor waits on drained below
-		d.workers.Wait()
-		close(drained)
-	}()
-	timer := time.NewTimer(d.cfg.DrainTimeout)
-	defer timer.Stop()
-	select {
-	case <-drained:
-	case <-timer.C:
-		d.log.Warn().Dur("drain_timeout", d.cfg.DrainTimeout).Msg("outbox dispatcher drain timed out; cancelling listeners")
-		d.stopHard()
-	case <-d.hardStop:
-	}
-	// Workers stop taking work; listeners still running see their context
-	// cancelled (after a complete drain there are none).
-	d.stopHard()
-	cancelListeners()
-	<-drained
-	<-d.retrying // its last try is releaseQueued's
-	if d.batch != nil {
-		// No worker adds any more: write the last DONE batch.
-		close(d.batch.in)
-		<-d.batch.done
-	}
-	d.finish(func() error { return d.releaseQueued(context.Background()) })
-}
-
-func (d *Dispatcher) stopHard() { d.hardStopOnce.Do(func() { close(d.hardStop) }) }
-
-// finish runs the last shutdown step once and marks the dispatcher done.
-func (d *Dispatcher) finish(last func() error) {
-	d.doneOnce.Do(func() {
-		d.closeErr = last()
-		close(d.done)
-	})
-}
-
-// releaseQueued empties both queues (no worker runs any more) and releases
-// the leases of what was still in them, with those of the events whose
-// release failed before, in one last try of the background retry's.
+// releaseQueued, the last step of the shutdown, empties both queues (no
+// worker runs any more) and releases the leases of what was still in them,
+// with those of the events whose release failed before, in one last try of
+// the background retry's.
 func (d *Dispatcher) releaseQueued(ctx context.Context) error {
 	var queued []core.Event
 	for _, q := range []chan core.Event{d.hot, d.cold} {
@@ -217,116 +150,23 @@ func (d *Dispatcher) releaseQueued(ctx context.Context) error {
 			}
 		}
 	}
-	d.mu.Lock()
-	for _, ev := range queued {
-		delete(d.tracked, ev.ID())
+	ids := make([]string, len(queued))
+	for i, ev := range queued {
+		ids[i] = ev.ID()
 	}
-	d.mu.Unlock()
+	d.inflight.untrackAll(ids)
 	for _, ev := range queued {
 		if ev.LockedBy != "" { // not leased: nothing to give back
-			d.unreleased.add(ev.LockedBy, []string{ev.ID()})
+			d.releaser.Keep(ev.LockedBy, []string{ev.ID()}, ev.LockedAt)
 		}
 	}
 	if len(queued) > 0 {
 		d.log.Info().Int("events", len(queued)).Msg("outbox dispatcher releases the leases of queued events on shutdown")
 	}
-	return d.releaseUnreleased(context.WithoutCancel(ctx), "on shutdown")
-}
-
-// EnqueueHot queues ev for delivery through the hot path without blocking. It
-// returns false, leaving ev to the poller, when the hot queue is full, the
-// dispatcher is closing, or ev's id is already queued or in flight; each
-// refusal counts Metrics.HotDropped. The event must be leased by its
-// LockedBy owner (the writer hook inserts it so).
-func (d *Dispatcher) EnqueueHot(ev core.Event) bool {
-	if d.offerHot(ev) == hotQueued {
-		d.cfg.Metrics.HotEnqueued()
-		return true
+	if err := d.releaser.Retry(context.WithoutCancel(ctx)); err != nil {
+		return fmt.Errorf("on shutdown: %w", err)
 	}
-	d.cfg.Metrics.HotDropped()
-	return false
-}
-
-// EnqueueCold queues an event claimed by the poller without blocking. It
-// reports whether the dispatcher holds the event after the call: false when
-// the cold queue is full or the dispatcher is closing, so that the poller
-// releases the lease. When the id is already queued or in flight (closing or
-// not), no second copy is queued; the result is then true if ev is leased by this
-// dispatcher's owner (the poller merely renewed the lease of an event this
-// dispatcher still holds, even one whose DONE or DEAD is being written, and
-// must not release it) and false otherwise. An event whose RETRY is being
-// written is no longer held: a claim of it is queued as usual.
-func (d *Dispatcher) EnqueueCold(ev core.Event) bool {
-	ok, queued := d.enqueueCold(ev)
-	if queued {
-		d.cfg.Metrics.ColdEnqueued()
-	}
-	return ok
-}
-
-func (d *Dispatcher) enqueueCold(ev core.Event) (held, queued bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, dup := d.tracked[ev.ID()]; dup {
-		// Our own poller re-claimed an event this dispatcher still holds
-		// (queued, in flight, or with its DONE or DEAD being written): the
-		// fresh lease is ours, so the outcome write-back, fenced by our
-		// owner token, still lands. Releasing it here would instead let
-		// that write-back be fenced off and the event be delivered again.
-		// This holds while closing too: the drain may still deliver it, or
-		// the last step of Close releases it.
-		return ev.LockedBy == d.owner, false
-	}
-	if d.closing {
-		return false, false
-	}
-	queued = d.offerLocked(d.cold, ev)
-	return queued, queued
-}
-
-// hotOffer is what became of an event offered to the hot queue.
-type hotOffer int
-
-const (
-	hotQueued  hotOffer = iota
-	hotHeld             // the id is tracked already: queued or in flight
-	hotRefused          // the queue is full or the dispatcher is closing
-)
-
-func (d *Dispatcher) offerHot(ev core.Event) hotOffer {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if _, dup := d.tracked[ev.ID()]; dup {
-		return hotHeld
-	}
-	if d.closing || !d.offerLocked(d.hot, ev) {
-		return hotRefused
-	}
-	return hotQueued
-}
-
-// offerLocked tries a non-blocking send; d.mu is held, so a worker cannot
-// untrack the id before it is tracked.
-func (d *Dispatcher) offerLocked(q chan core.Event, ev core.Event) bool {
-	select {
-	case q <- ev:
-		d.tracked[ev.ID()] = struct{}{}
-		return true
-	default:
-		return false
-	}
-}
-
-// ColdCapacity returns how many more events the cold queue accepts now; 0
-// while the dispatcher is closing.
-func (d *Dispatcher) ColdCapacity() int {
-	d.mu.Lock()
-	closing := d.closing
-	d.mu.Unlock()
-	if closing {
-		return 0
-	}
-	return cap(d.cold) - len(d.cold)
+	return nil
 }
 
 // NotifyDue registers fn to be called with the time at which an event this
@@ -339,15 +179,15 @@ func (d *Dispatcher) NotifyDue(fn func(due time.Time)) {
 	if fn == nil {
 		return
 	}
-	d.mu.Lock()
+	d.dueMu.Lock()
 	d.due = append(d.due, fn)
-	d.mu.Unlock()
+	d.dueMu.Unlock()
 }
 
 func (d *Dispatcher) notifyDue(t time.Time) {
-	d.mu.Lock()
+	d.dueMu.Lock()
 	fns := d.due
-	d.mu.Unlock()
+	d.dueMu.Unlock()
 	for _, fn := range fns {
 		fn(t)
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/lease"
 )
 
 // doneBatcher writes DONE outcomes in batches through a core.BatchMarker,
@@ -26,13 +27,13 @@ type doneBatcher struct {
 	record recordFunc
 	size   int
 	linger time.Duration
-	in     chan doneItem // closed by the supervisor once every worker has exited
+	in     chan doneItem // closed at shutdown once every worker has exited
 	done   chan struct{} // closed when run has written everything and exited
 }
 
 // doneItem is a delivered event waiting for its DONE write: only what the
 // write needs, so that a pending batch holds no payload.
-type doneItem struct{ id, owner string }
+type doneItem = lease.Lease
 
 // recordFunc records the delivery of ids leased by owner in one call:
 // core.BatchMarker.MarkDoneBatch or core.DoneDeleter.DeleteDoneBatch.
@@ -50,7 +51,7 @@ func newDoneBatcher(d *Dispatcher, what string, record recordFunc) *doneBatcher 
 }
 
 // add hands over a delivered event; it blocks while the batcher is full.
-func (b *doneBatcher) add(ev core.Event) { b.in <- doneItem{id: ev.ID(), owner: ev.LockedBy} }
+func (b *doneBatcher) add(ev core.Event) { b.in <- doneItem{ID: ev.ID(), Owner: ev.LockedBy} }
 
 // A DONE write that fails (the database was unreachable for a moment) is
 // tried again, with backoff from doneRetryMin to doneRetryMax, between new
@@ -141,22 +142,22 @@ func (b *doneBatcher) write(ctx context.Context, items []doneItem) (failed []don
 	wctx, cancel := context.WithTimeout(ctx, d.cfg.StoreTimeout)
 	defer cancel()
 	now := d.cfg.Now()
-	for _, g := range groupByOwner(items) {
-		n, err := b.record(wctx, g.owner, g.ids, now)
+	for _, g := range lease.ByOwner(items, nil) {
+		n, err := b.record(wctx, g.Owner, g.IDs, now)
 		switch {
 		case err != nil:
 			d.cfg.Metrics.StoreError()
-			d.log.Error().Err(err).Int("events", len(g.ids)).Str("first_event_id", g.ids[0]).Str("write", b.what).
+			d.log.Error().Err(err).Int("events", len(g.IDs)).Str("first_event_id", g.IDs[0]).Str("write", b.what).
 				Msg("outbox write-back of delivered events failed; trying again")
-			for _, id := range g.ids {
-				failed = append(failed, doneItem{id: id, owner: g.owner})
+			for _, id := range g.IDs {
+				failed = append(failed, doneItem{ID: id, Owner: g.Owner})
 			}
 			continue
-		case n < int64(len(g.ids)):
-			d.log.Warn().Int("events", len(g.ids)).Int64("written", n).Str("first_event_id", g.ids[0]).Str("write", b.what).
+		case n < int64(len(g.IDs)):
+			d.log.Warn().Int("events", len(g.IDs)).Int64("written", n).Str("first_event_id", g.IDs[0]).Str("write", b.what).
 				Msg("outbox write-back fenced for part of a batch of delivered events: leases lost to another owner or rows terminal")
 		}
-		b.untrack(g.ids)
+		b.untrack(g.IDs)
 	}
 	return failed
 }
@@ -185,41 +186,10 @@ func (b *doneBatcher) letGo(items []doneItem, why string) {
 	b.d.log.Warn().Int("events", len(items)).Msg(why + "; these events will be delivered again once their leases expire")
 	ids := make([]string, len(items))
 	for i, it := range items {
-		ids[i] = it.id
+		ids[i] = it.ID
 	}
 	b.untrack(ids)
 }
 
 // untrack drops ids from the in-flight tracker.
-func (b *doneBatcher) untrack(ids []string) {
-	d := b.d
-	d.mu.Lock()
-	for _, id := range ids {
-		delete(d.tracked, id)
-	}
-	d.mu.Unlock()
-}
-
-// ownerIDs is the ids of a batch leased by one owner.
-type ownerIDs struct {
-	owner string
-	ids   []string
-}
-
-// groupByOwner splits batch by lease owner, in order of first appearance.
-// Almost always there is one owner: this dispatcher's, which its poller
-// shares.
-func groupByOwner(batch []doneItem) []ownerIDs {
-	var groups []ownerIDs
-	for _, it := range batch {
-		i := 0
-		for i < len(groups) && groups[i].owner != it.owner {
-			i++
-		}
-		if i == len(groups) {
-			groups = append(groups, ownerIDs{owner: it.owner, ids: make([]string, 0, len(batch))})
-		}
-		groups[i].ids = append(groups[i].ids, it.id)
-	}
-	return groups
-}
+func (b *doneBatcher) untrack(ids []string) { b.d.inflight.untrackAll(ids) }

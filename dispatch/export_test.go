@@ -1,5 +1,7 @@
 package dispatch
 
+import "github.com/outboxkit/outbox/core"
+
 // SetYield replaces what the writer hook runs after queuing events
 // (runtime.Gosched unless Config.NoYieldAfterCommit); nil when it runs nothing.
 func SetYield(d *Dispatcher, f func()) (had bool) {
@@ -9,3 +11,9 @@ func SetYield(d *Dispatcher, f func()) (had bool) {
 	}
 	return had
 }
+
+// EnqueueHot queues ev on the hot queue as the writer hook does, without
+// blocking, and reports whether it was queued: false when the hot queue is
+// full, the dispatcher is closing, or ev's id is already queued or in
+// flight. Tests use it to feed the hot queue without a store write.
+func (d *Dispatcher) EnqueueHot(ev core.Event) bool { return d.enqueueHot(ev) == queued }

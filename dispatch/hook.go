@@ -48,10 +48,10 @@ func (h writerHook) AfterCommit(ctx context.Context, envs []core.Envelope) error
 	d := h.d
 	now := d.cfg.Now()
 	var (
-		refused []string
-		later   []string
-		dueAt   = now
-		queued  bool
+		refused   []string
+		later     []string
+		dueAt     = now
+		anyQueued bool
 	)
 	for _, env := range envs {
 		ev := core.Event{
@@ -69,22 +69,19 @@ func (h writerHook) AfterCommit(ctx context.Context, envs []core.Envelope) error
 			}
 			continue
 		}
-		switch d.offerHot(ev) {
-		case hotQueued:
-			queued = true
-			d.cfg.Metrics.HotEnqueued()
-		case hotHeld:
+		switch d.enqueueHot(ev) {
+		case queued:
+			anyQueued = true
+		case held:
 			// This dispatcher's poller claimed the row before this hook
 			// ran (its insert-time lease expired during a slow commit)
 			// and holds it: releasing the lease now would let another
 			// instance deliver it too, and fence off this one's DONE.
-			d.cfg.Metrics.HotDropped()
 		default:
-			d.cfg.Metrics.HotDropped()
 			refused = append(refused, env.ID())
 		}
 	}
-	if queued && d.yield != nil {
+	if anyQueued && d.yield != nil {
 		// A worker woken by the queue would otherwise wait for the runtime
 		// to wake an idle OS thread for it.
 		d.yield()
@@ -101,7 +98,7 @@ func (h writerHook) AfterCommit(ctx context.Context, envs []core.Envelope) error
 	defer cancel()
 	if _, err := d.cfg.Store.Release(rctx, d.cfg.DB, d.owner, ids); err != nil {
 		d.cfg.Metrics.StoreError()
-		d.releaseLater(d.owner, ids)
+		d.releaseLater(d.owner, ids, now)
 		return fmt.Errorf("release %d events the hot queue did not take (retrying in the background): %w", len(ids), err)
 	}
 	if len(refused) > 0 {
