@@ -62,7 +62,7 @@ type Releaser struct {
 	kick chan struct{} // capacity 1: a retry is wanted
 
 	mu    sync.Mutex
-	kept  []Lease              // in order of first failure
+	kept  []Lease             // in order of first failure
 	index map[string]struct{} // ids in kept
 	since time.Time           // when the oldest kept lease was taken
 }

@@ -20,7 +20,7 @@ import (
 // Loop owns one background goroutine. The zero value is ready to use.
 type Loop struct {
 	guard    guard
-	mu       sync.Mutex // guards the lazy init of stop and done
+	mu       sync.Mutex    // guards the lazy init of stop and done
 	stop     chan struct{} // closed when stopping is requested
 	done     chan struct{} // closed when the goroutine has returned
 	cancel   context.CancelFunc
