@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/lease"
 	"github.com/outboxkit/outbox/internal/lifecycle"
 )
 
@@ -31,9 +32,6 @@ const (
 	// maxWakeups bounds the pending wake-up requests; beyond it the
 	// latest ones are dropped and served by the interval.
 	maxWakeups = 4096
-	// maxUnreleased bounds the refused events kept for another release;
-	// beyond it, leases are left to expire.
-	maxUnreleased = 100_000
 )
 
 // Poller claims deliverable events from the outbox table with a lease and
@@ -53,10 +51,10 @@ type Poller struct {
 	mu   sync.Mutex
 	due  wakeups       // requested poll times, earliest first
 	wake chan struct{} // capacity 1: coalesces wake-ups
-	// Refused events whose release failed, and when the first of them was
-	// claimed; released again at the start of the next cycles.
-	unreleased      []string
-	unreleasedSince time.Time
+
+	// Refused events whose release failed; released again at the start of
+	// the next cycles, and once more when the poller stops.
+	releaser *lease.Releaser
 }
 
 // New validates cfg and returns a Poller. Bad configuration returns an error
@@ -72,6 +70,24 @@ func New(cfg Config) (*Poller, error) {
 		log:  cfg.Logger.With().Str("component", "outbox.poller").Logger(),
 		wake: make(chan struct{}, 1),
 	}
+	p.releaser = lease.New(lease.Policy{
+		Release: func(ctx context.Context, owner string, ids []string) error {
+			rctx, cancel := context.WithTimeout(ctx, followUpTimeout)
+			defer cancel()
+			if _, err := p.cfg.Store.Release(rctx, p.cfg.DB, owner, ids); err != nil {
+				p.cfg.Metrics.StoreError()
+				return fmt.Errorf("release %d refused events again: %w", len(ids), err)
+			}
+			return nil
+		},
+		// Once half the lease timeout has passed since their claim, the
+		// leases are about to expire, and this poller may claim the rows
+		// again and its handler take them, whose leases must then stay.
+		GiveUpAfter: cfg.LeaseTimeout / 2,
+		Now:         cfg.Now,
+		Logger:      p.log,
+		Who:         "outbox poller",
+	})
 	if n, ok := cfg.Handler.(interface{ NotifyDue(func(time.Time)) }); ok {
 		n.NotifyDue(p.WakeAt)
 	}
@@ -144,7 +160,7 @@ type cycle struct {
 }
 
 func (p *Poller) poll(ctx context.Context) (cycle, error) {
-	rerr := p.releaseAgain(ctx)
+	rerr := p.releaser.Retry(ctx)
 	c, err := p.claim(ctx)
 	return c, errors.Join(rerr, err)
 }
@@ -204,7 +220,7 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 	if len(refused) > 0 {
 		if _, err := p.cfg.Store.Release(fctx, p.cfg.DB, p.cfg.Owner, refused); err != nil {
 			p.cfg.Metrics.StoreError()
-			p.keepUnreleased(refused, now)
+			p.releaser.Keep(p.cfg.Owner, refused, now)
 			errs = append(errs, fmt.Errorf("release %d refused events (trying again next cycle): %w", len(refused), err))
 		}
 	}
@@ -213,50 +229,6 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 			Int("refused", len(refused)).Int("undecodable", len(bad)).Msg("outbox poll")
 	}
 	return c, errors.Join(errs...)
-}
-
-// keepUnreleased keeps ids, claimed at claimedAt and refused by the handler,
-// whose release failed, for the next cycles to release.
-func (p *Poller) keepUnreleased(ids []string, claimedAt time.Time) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if len(p.unreleased) == 0 || claimedAt.Before(p.unreleasedSince) {
-		p.unreleasedSince = claimedAt
-	}
-	n := min(len(ids), max(maxUnreleased-len(p.unreleased), 0))
-	if n < len(ids) {
-		p.log.Warn().Int("events", len(ids)-n).
-			Msg("outbox poller keeps too many unreleased leases; these wait for their lease to expire")
-	}
-	p.unreleased = append(p.unreleased, ids[:n]...)
-}
-
-// releaseAgain releases the leases of refused events whose release failed
-// in an earlier cycle, so that they do not wait for the lease to expire. It
-// gives up once half the lease timeout has passed since their claim: the
-// leases are about to expire, and this poller may claim the rows again and
-// its handler take them, whose leases must then stay.
-func (p *Poller) releaseAgain(ctx context.Context) error {
-	p.mu.Lock()
-	ids, since := p.unreleased, p.unreleasedSince
-	p.unreleased = nil
-	p.mu.Unlock()
-	if len(ids) == 0 {
-		return nil
-	}
-	if p.cfg.Now().Sub(since) >= p.cfg.LeaseTimeout/2 {
-		p.log.Warn().Int("events", len(ids)).Str("first_event_id", ids[0]).
-			Msg("outbox poller gave up releasing refused events; they wait for their lease to expire")
-		return nil
-	}
-	rctx, cancel := context.WithTimeout(ctx, followUpTimeout)
-	defer cancel()
-	if _, err := p.cfg.Store.Release(rctx, p.cfg.DB, p.cfg.Owner, ids); err != nil {
-		p.cfg.Metrics.StoreError()
-		p.keepUnreleased(ids, since)
-		return fmt.Errorf("release %d refused events again: %w", len(ids), err)
-	}
-	return nil
 }
 
 // run is the polling loop.
@@ -288,7 +260,7 @@ func (p *Poller) run(ctx context.Context, stop <-chan struct{}) {
 		}
 		if !p.sleep(stop, wait) {
 			// One last try, bounded by Close's context.
-			if err := p.releaseAgain(ctx); err != nil {
+			if err := p.releaser.Retry(ctx); err != nil {
 				p.log.Error().Err(err).Msg("outbox poller stopped with unreleased leases; they wait for their lease to expire")
 			}
 			return
