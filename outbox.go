@@ -7,12 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"sync"
 
 	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
+	"github.com/outboxkit/outbox/internal/lifecycle"
 	"github.com/outboxkit/outbox/poller"
 	"github.com/outboxkit/outbox/purge"
 	"github.com/outboxkit/outbox/txctx"
@@ -114,9 +114,7 @@ type Outbox struct {
 	purger     *purge.Purger
 	txm        *txctx.Manager
 
-	mu      sync.Mutex
-	started bool
-	closed  bool
+	life *lifecycle.Staged // its one stage is the last: close every component
 }
 
 // New validates cfg and builds the components of cfg.Mode, without starting
@@ -126,6 +124,7 @@ func New(cfg Config) (*Outbox, error) {
 		return nil, err
 	}
 	o := &Outbox{mode: cfg.Mode}
+	o.life = lifecycle.NewStaged(lifecycle.Stages{Final: o.closeComponents})
 	txCfg := cfg.Tx
 	txCfg.Logger = orValue(txCfg.Logger, cfg.Logger)
 	var err error
@@ -283,33 +282,26 @@ func (o *Outbox) Do(ctx context.Context, fn func(ctx context.Context) error) err
 // error is returned. It returns core.ErrAlreadyStarted when called twice and
 // core.ErrClosed after Close.
 //
-// Cancelling ctx stops every component, each on its own as its Close does;
-// call Close in any case to wait for them. To shut down in order (the
+// Cancelling ctx stops every component, each on its own as its Close does,
+// and the Outbox then closes them as Close does; call Close in any case to
+// wait for them and get the error. To shut down in order (the
 // poller stops feeding the dispatcher before it drains), start with a
 // context that outlives your work, e.g. context.WithoutCancel(ctx), and
 // call Close.
 func (o *Outbox) Start(ctx context.Context) error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	switch {
-	case o.closed:
-		return core.ErrClosed
-	case o.started:
-		return core.ErrAlreadyStarted
-	}
-	o.started = true
-	var running []component
-	for _, c := range o.components() {
-		if err := c.Start(ctx); err != nil {
-			for i := len(running) - 1; i >= 0; i-- {
-				_ = running[i].Close(context.WithoutCancel(ctx))
+	return o.life.Start(ctx, func(context.Context) error {
+		var running []component
+		for _, c := range o.components() {
+			if err := c.Start(ctx); err != nil {
+				for i := len(running) - 1; i >= 0; i-- {
+					_ = running[i].Close(context.WithoutCancel(ctx))
+				}
+				return fmt.Errorf("start outbox: %w", err)
 			}
-			o.closed = true
-			return fmt.Errorf("start outbox: %w", err)
+			running = append(running, c)
 		}
-		running = append(running, c)
-	}
-	return nil
+		return nil
+	})
 }
 
 // component is the lifecycle every background component shares.
@@ -340,10 +332,12 @@ func (o *Outbox) components() []component {
 // first, the dispatcher cancels its running listeners and every component
 // stops at once. Close is idempotent; the error joins the components' own
 // (see dispatch.Dispatcher.Close). The DB is not closed: it is the caller's.
-func (o *Outbox) Close(ctx context.Context) error {
-	o.mu.Lock()
-	o.closed = true
-	o.mu.Unlock()
+func (o *Outbox) Close(ctx context.Context) error { return o.life.Close(ctx) }
+
+// closeComponents is the shutdown of an Outbox, whether Close or the end of
+// Start's context begins it: the poller first, so that nothing new is
+// claimed, then the dispatcher, then the purger. ctx ends when Close's does.
+func (o *Outbox) closeComponents(ctx context.Context) error {
 	var errs []error
 	if o.poller != nil {
 		errs = append(errs, o.poller.Close(ctx))
