@@ -62,3 +62,17 @@
 // their leases released too, so another instance can claim them at once.
 // Close returns when no goroutine of the dispatcher is left.
 package dispatch
+
+// Where each concept lives:
+//
+//	dispatcher.go  the Dispatcher type, New, Start, Close and the shutdown
+//	               stages (run by internal/lifecycle.Staged), due-time callbacks
+//	inflight.go    what is in flight: the tracker of held ids, and intake
+//	queues.go      the hot and cold queues: offers, capacity, the fair next
+//	worker.go      a worker's loop: take, deliver, record
+//	deliver.go     interceptors and the listener, panics recovered
+//	record.go      one-by-one outcome write-backs (DONE, RETRY, DEAD, release)
+//	done.go        the DONE batcher
+//	release.go     leases whose release failed (internal/lease.Releaser)
+//	hook.go        the writer hook that feeds the hot queue
+//	config.go      Config, its defaults and validation
