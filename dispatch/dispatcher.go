@@ -35,9 +35,9 @@ type Dispatcher struct {
 	releaser  *lease.Releaser // leases whose release failed; see release.go
 
 	dueMu sync.Mutex
-	due   []func(time.Time)
+	due   []func(time.Time) // NotifyDue's subscribers
 
-	life     *lifecycle.Staged
+	life     *lifecycle.Staged // Start, Close and the shutdown stages set in New
 	workers  sync.WaitGroup
 	retrying chan struct{} // closed when the release retry goroutine has exited
 }
