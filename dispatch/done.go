@@ -157,7 +157,7 @@ func (b *doneBatcher) write(ctx context.Context, items []doneItem) (failed []don
 			d.log.Warn().Int("events", len(g.IDs)).Int64("written", n).Str("first_event_id", g.IDs[0]).Str("write", b.what).
 				Msg("outbox write-back fenced for part of a batch of delivered events: leases lost to another owner or rows terminal")
 		}
-		b.untrack(g.IDs)
+		d.inflight.untrackAll(g.IDs)
 	}
 	return failed
 }
@@ -188,8 +188,5 @@ func (b *doneBatcher) letGo(items []doneItem, why string) {
 	for i, it := range items {
 		ids[i] = it.ID
 	}
-	b.untrack(ids)
+	b.d.inflight.untrackAll(ids)
 }
-
-// untrack drops ids from the in-flight tracker.
-func (b *doneBatcher) untrack(ids []string) { b.d.inflight.untrackAll(ids) }

@@ -44,7 +44,7 @@ func (d *Dispatcher) record(ctx context.Context, ev core.Event, res outcome, err
 		// Shutdown cancelled the listener: the failure is ours, not the
 		// event's, so give the event back without counting an attempt.
 		d.eventLog(d.log.Info(), ev).Err(err).Msg("outbox delivery interrupted by shutdown; lease released")
-		d.inflight.untrack(id)
+		d.inflight.untrack(id) // before the write, which makes the row claimable
 		if _, serr := st.Release(wctx, d.cfg.DB, owner, []string{id}); serr != nil {
 			d.cfg.Metrics.StoreError()
 			d.eventLog(d.log.Warn(), ev).Err(serr).Msg("outbox lease release failed; trying again before shutdown ends")
@@ -64,7 +64,7 @@ func (d *Dispatcher) record(ctx context.Context, ev core.Event, res outcome, err
 		d.cfg.Metrics.DispatchFailure()
 		next := now.Add(delay)
 		d.eventLog(d.log.Warn(), ev).Err(err).Int("attempts", attempts).Dur("retry_in", delay).Msg("outbox event failed; retry scheduled")
-		d.inflight.untrack(id)
+		d.inflight.untrack(id) // before the write, which makes the row claimable
 		ok, serr := st.MarkRetry(wctx, d.cfg.DB, owner, id, next, core.TruncateError(err.Error()))
 		d.written(ev, "retry", ok, serr)
 		if ok && serr == nil {

@@ -31,5 +31,6 @@ func (d *Dispatcher) process(ctx context.Context, ev core.Event) {
 		return
 	}
 	d.record(ctx, ev, res, err)
-	d.inflight.untrack(ev.ID())
+	d.inflight.untrack(ev.ID()) // after a terminal write; a no-op after RETRY or a release
+
 }
