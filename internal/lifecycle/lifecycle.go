@@ -1,14 +1,17 @@
 // Package lifecycle is the Start/Close shape shared by the library's
 // background components, so that each behaves the same way. Loop runs one
 // goroutine (poller, purger, metrics sampler); Staged runs a component whose
-// shutdown has stages (the dispatcher, the Outbox). Both share these rules:
+// shutdown has stages (the dispatcher, the Outbox: stop intake, drain with a
+// timeout, hard stop, final step). Both share these rules, checked in one
+// place (guard.go):
 //
-//   - Start launches one goroutine and returns at once; a second Start returns
-//     core.ErrAlreadyStarted and a Start after Close returns core.ErrClosed.
-//   - Close, or cancelling Start's context, asks the loop to stop: the loop
-//     finishes the step in progress and returns. Close waits for that; if its
-//     own context ends first, Close cancels the step's context and still waits,
-//     so no goroutine outlives it. Close is idempotent and safe to call
+//   - Start launches the goroutines and returns at once; a second Start
+//     returns core.ErrAlreadyStarted and a Start after Close returns
+//     core.ErrClosed.
+//   - Close, or cancelling Start's context, asks the component to stop: it
+//     finishes the work in progress and returns. Close waits for that; if its
+//     own context ends first, Close cancels the work's context and still
+//     waits, so no goroutine outlives it. Close is idempotent and safe to call
 //     concurrently.
 package lifecycle
 
