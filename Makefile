@@ -50,8 +50,11 @@ samples: ## Build every sample under samples/ (a compile check; go test runs the
 	$(GO) build ./samples/...
 
 .PHONY: httpservice
-httpservice: ## Run samples/httpservice on the local PostgreSQL; ARGS='-addr :9000 -dsn ...' to change
-	$(GO) run ./samples/httpservice $(ARGS)
+httpservice: ## Run samples/httpservice on the local PostgreSQL; ARGS='-addr :9000 -dsn ...' to change; Ctrl-C stops it
+	@# Built, then run: go run exits 1 when interrupted, even after the
+	@# program it runs has shut down cleanly and exited 0.
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
+	$(GO) build -o "$$d/httpservice" ./samples/httpservice && "$$d/httpservice" $(ARGS)
 
 .PHONY: vet
 vet: ## go vet (the module, and the test runner in .ci, which ./... skips)
