@@ -32,7 +32,7 @@ QUICK_PKGS = $(shell $(GO) list ./... | grep -v -e /reliability -e /bench)
 .PHONY: test-quick
 test-quick: export OUTBOX_POSTGRES_DSN :=
 test-quick: export OUTBOX_MYSQL_DSN :=
-test-quick: ## The tests minus the fault-injection suite, on SQLite only, without -race (about M minutes on 2 cores)
+test-quick: ## The tests minus the fault-injection suite, on SQLite only, without -race (about 1 minute on 2 cores)
 	$(call RUN_TESTS,-count=1 $(TESTFLAGS) $(QUICK_PKGS))
 
 .PHONY: test-dbs
