@@ -214,19 +214,19 @@ func TestDeadRetention(t *testing.T) {
 
 func TestConfig(t *testing.T) {
 	var db fakeDB
-	purger := errPurger{}
+	store := errPurger{}
 	tests := []struct {
 		name string
 		cfg  Config
 	}{
-		{"nil purger", Config{DB: db}},
-		{"nil db", Config{Store: purger}},
-		{"negative retention", Config{Store: purger, DB: db, Retention: -1}},
-		{"negative dead retention", Config{Store: purger, DB: db, DeadRetention: -1}},
-		{"keep dead with dead retention", Config{Store: purger, DB: db, KeepDead: true, DeadRetention: day}},
-		{"negative batch", Config{Store: purger, DB: db, BatchSize: -1}},
-		{"negative interval", Config{Store: purger, DB: db, Interval: -1}},
-		{"negative timeout", Config{Store: purger, DB: db, QueryTimeout: -1}},
+		{"nil store", Config{DB: db}},
+		{"nil db", Config{Store: store}},
+		{"negative retention", Config{Store: store, DB: db, Retention: -1}},
+		{"negative dead retention", Config{Store: store, DB: db, DeadRetention: -1}},
+		{"keep dead with dead retention", Config{Store: store, DB: db, KeepDead: true, DeadRetention: day}},
+		{"negative batch", Config{Store: store, DB: db, BatchSize: -1}},
+		{"negative interval", Config{Store: store, DB: db, Interval: -1}},
+		{"negative timeout", Config{Store: store, DB: db, QueryTimeout: -1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -236,7 +236,7 @@ func TestConfig(t *testing.T) {
 		})
 	}
 
-	p, err := New(Config{Store: purger, DB: db, Retention: 2 * day})
+	p, err := New(Config{Store: store, DB: db, Retention: 2 * day})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestConfig(t *testing.T) {
 		c.Interval != DefaultInterval || c.QueryTimeout != DefaultQueryTimeout || c.Now == nil {
 		t.Errorf("defaults not applied: %+v", c)
 	}
-	p, err = New(Config{Store: purger, DB: db, KeepDead: true})
+	p, err = New(Config{Store: store, DB: db, KeepDead: true})
 	if err != nil {
 		t.Fatal(err)
 	}
