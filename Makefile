@@ -9,13 +9,31 @@ PKGS      ?= ./...
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# testsummary runs go test and ends with one line saying which databases
+# ran and which skipped and why (a package whose database tests all skipped
+# still prints ok). It is built, not run with go run, so that a failed test
+# run is not followed by go run's own "exit status" line.
+RUN_TESTS = @d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
+	$(GO) build -o "$$d/testsummary" .ci/testsummary/main.go && \
+	echo "$(GO) test $(1)" && "$$d/testsummary" -- $(GO) test $(1)
+
 .PHONY: test
-test: ## Run all tests with -race (PostgreSQL/MySQL tests need OUTBOX_POSTGRES_DSN / OUTBOX_MYSQL_DSN, else they skip)
-	$(GO) test -race -count=1 $(TESTFLAGS) $(PKGS)
+test: ## Run all tests with -race, about N minutes on 2 cores (PostgreSQL/MySQL tests need OUTBOX_POSTGRES_DSN / OUTBOX_MYSQL_DSN, else they skip)
+	$(call RUN_TESTS,-race -count=1 $(TESTFLAGS) $(PKGS))
 
 .PHONY: test-short
 test-short: ## Run the tests without -race
-	$(GO) test -count=1 $(TESTFLAGS) $(PKGS)
+	$(call RUN_TESTS,-count=1 $(TESTFLAGS) $(PKGS))
+
+# test-quick leaves out the fault-injection suite (reliability), the
+# benchmark harness (bench) and -race, and runs on SQLite only.
+QUICK_PKGS = $(shell $(GO) list ./... | grep -v -e /reliability -e /bench)
+
+.PHONY: test-quick
+test-quick: export OUTBOX_POSTGRES_DSN :=
+test-quick: export OUTBOX_MYSQL_DSN :=
+test-quick: ## The tests minus the fault-injection suite, on SQLite only, without -race (about 1 minute on 2 cores)
+	$(call RUN_TESTS,-count=1 $(TESTFLAGS) $(QUICK_PKGS))
 
 .PHONY: test-dbs
 test-dbs: ## Run all tests against the local PostgreSQL and MariaDB (fails if they are down)
@@ -32,12 +50,16 @@ samples: ## Build every sample under samples/ (a compile check; go test runs the
 	$(GO) build ./samples/...
 
 .PHONY: httpservice
-httpservice: ## Run samples/httpservice on the local PostgreSQL; ARGS='-addr :9000 -dsn ...' to change
-	$(GO) run ./samples/httpservice $(ARGS)
+httpservice: ## Run samples/httpservice on the local PostgreSQL; ARGS='-addr :9000 -dsn ...' to change; Ctrl-C stops it
+	@# Built, then run: go run exits 1 when interrupted, even after the
+	@# program it runs has shut down cleanly and exited 0.
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
+	$(GO) build -o "$$d/httpservice" ./samples/httpservice && "$$d/httpservice" $(ARGS)
 
 .PHONY: vet
-vet: ## go vet
+vet: ## go vet (the module, and the test runner in .ci, which ./... skips)
 	$(GO) vet $(PKGS)
+	$(GO) vet .ci/testsummary/main.go
 
 .PHONY: fmt
 fmt: ## gofmt -w

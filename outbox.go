@@ -1,17 +1,20 @@
 package outbox
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"reflect"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
+	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/lifecycle"
 	"github.com/outboxkit/outbox/poller"
 	"github.com/outboxkit/outbox/purge"
@@ -91,7 +94,8 @@ type Config struct {
 	// of 500, hourly). Default nil: no purger.
 	Purge *purge.Config
 
-	// Logger is given to every component whose own Logger is zero. Default:
+	// Logger is given to every component whose own Logger is zero (has no
+	// writer: the zero Logger, or one derived from it with With). Default:
 	// the zero (silent) logger.
 	Logger zerolog.Logger
 	// Metrics is given to the dispatcher and poller when their own Metrics
@@ -118,7 +122,12 @@ type Outbox struct {
 }
 
 // New validates cfg and builds the components of cfg.Mode, without starting
-// anything. Bad configuration returns an error matching core.ErrInvalid.
+// anything. Besides each component's own rules it checks the one rule
+// between them: Poller.LeaseTimeout must exceed Dispatch.ListenerTimeout
+// plus Dispatch.DoneBatchLinger (defaults applied), since a lease that
+// expires while its event is still being delivered lets another poller
+// deliver it again. Bad configuration returns an error matching
+// core.ErrInvalid.
 func New(cfg Config) (*Outbox, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -126,7 +135,7 @@ func New(cfg Config) (*Outbox, error) {
 	o := &Outbox{mode: cfg.Mode}
 	o.life = lifecycle.NewStaged(lifecycle.Stages{Final: o.closeComponents})
 	txCfg := cfg.Tx
-	txCfg.Logger = orValue(txCfg.Logger, cfg.Logger)
+	txCfg.Logger = loggerOr(txCfg.Logger, cfg.Logger)
 	var err error
 	if o.txm, err = txctx.New(cfg.DB, txCfg); err != nil {
 		return nil, err
@@ -135,11 +144,11 @@ func New(cfg Config) (*Outbox, error) {
 	var hook core.WriterHook
 	if cfg.Mode != WriterOnly {
 		dc := cfg.Dispatch
-		dc.Store = orValue(dc.Store, cfg.Store)
-		dc.DB = orValue(dc.DB, core.DBTX(cfg.DB))
-		dc.Registry = orValue(dc.Registry, cfg.Registry)
-		dc.Metrics = orValue(dc.Metrics, cfg.Metrics)
-		dc.Logger = orValue(dc.Logger, cfg.Logger)
+		dc.Store = cmp.Or(dc.Store, cfg.Store)
+		dc.DB = cmp.Or(dc.DB, core.DBTX(cfg.DB))
+		dc.Registry = cmp.Or(dc.Registry, cfg.Registry)
+		dc.Metrics = cmp.Or(dc.Metrics, cfg.Metrics)
+		dc.Logger = loggerOr(dc.Logger, cfg.Logger)
 		if cfg.Mode == MultiNode && dc.Owner != "" {
 			dc.Owner = uniqueOwner(dc.Owner)
 		}
@@ -147,12 +156,12 @@ func New(cfg Config) (*Outbox, error) {
 			return nil, err
 		}
 		pc := cfg.Poller
-		pc.Store = orValue(pc.Store, cfg.Store)
-		pc.DB = orValue(pc.DB, core.DBTX(cfg.DB))
+		pc.Store = cmp.Or(pc.Store, cfg.Store)
+		pc.DB = cmp.Or(pc.DB, core.DBTX(cfg.DB))
 		pc.Handler = o.dispatcher
 		pc.Owner = o.dispatcher.Owner()
-		pc.Metrics = orValue(pc.Metrics, cfg.Metrics)
-		pc.Logger = orValue(pc.Logger, cfg.Logger)
+		pc.Metrics = cmp.Or(pc.Metrics, cfg.Metrics)
+		pc.Logger = loggerOr(pc.Logger, cfg.Logger)
 		if o.poller, err = poller.New(pc); err != nil {
 			return nil, err
 		}
@@ -160,9 +169,9 @@ func New(cfg Config) (*Outbox, error) {
 	}
 	if cfg.Purge != nil {
 		pc := *cfg.Purge
-		pc.Purger = orValue(pc.Purger, core.Purger(cfg.Store))
-		pc.DB = orValue(pc.DB, core.DBTX(cfg.DB))
-		pc.Logger = orValue(pc.Logger, cfg.Logger)
+		pc.Store = cmp.Or(pc.Store, core.Purger(cfg.Store))
+		pc.DB = cmp.Or(pc.DB, core.DBTX(cfg.DB))
+		pc.Logger = loggerOr(pc.Logger, cfg.Logger)
 		if o.purger, err = purge.New(pc); err != nil {
 			return nil, err
 		}
@@ -174,39 +183,93 @@ func New(cfg Config) (*Outbox, error) {
 	return o, nil
 }
 
-func invalid(format string, args ...any) error {
-	return &core.ValidationError{Field: "outbox config", Reason: fmt.Sprintf(format, args...)}
-}
-
+// validate reports the first rule of c that New cannot accept: the fields
+// of c itself, then the rules between the components' settings that no
+// component can check on its own. The components validate their own fields
+// when New builds them.
 func (c Config) validate() error {
-	switch {
-	case isZero(c.DB):
-		return invalid("DB is nil")
-	case isZero(c.Store):
-		return invalid("Store is nil")
-	case c.Mode < SingleNode || c.Mode > WriterOnly:
-		return invalid("unknown Mode %d", int(c.Mode))
+	v := config.Validator{Component: "outbox config"}
+	v.Require("DB", !nilDB(c.DB))
+	v.Require("Store", c.Store != nil)
+	v.Check(c.Mode >= SingleNode && c.Mode <= WriterOnly, "unknown Mode %d", int(c.Mode))
+	if v.Err() != nil {
+		return v.Err()
 	}
 	if c.Mode == WriterOnly {
-		switch {
-		case c.Registry != nil:
-			return invalid("Registry is set in WriterOnly mode, where no listener runs")
-		case !isZero(c.Dispatch):
-			return invalid("Dispatch is set in WriterOnly mode, which has no dispatcher")
-		case !isZero(c.Poller):
-			return invalid("Poller is set in WriterOnly mode, which has no poller")
-		}
+		v.Check(c.Registry == nil, "Registry is set in WriterOnly mode, where no listener runs")
+		v.Check(!dispatchSet(c.Dispatch), "Dispatch is set in WriterOnly mode, which has no dispatcher")
+		v.Check(!pollerSet(c.Poller), "Poller is set in WriterOnly mode, which has no poller")
+		return v.Err()
+	}
+	v.Require("Registry", c.Registry != nil || c.Dispatch.Registry != nil)
+	v.Check(c.Poller.Handler == nil, "Poller.Handler is set; the Outbox's dispatcher is the handler")
+	v.Check(c.Poller.Owner == "" || c.Poller.Owner == c.Dispatch.Owner,
+		"Poller.Owner %q differs from Dispatch.Owner %q; leave it empty", c.Poller.Owner, c.Dispatch.Owner)
+	if v.Err() != nil {
+		return v.Err()
+	}
+	// Negative values are the components' to report, with their own names.
+	if c.Poller.LeaseTimeout < 0 || c.Dispatch.ListenerTimeout < 0 || c.Dispatch.DoneBatchLinger < 0 {
 		return nil
 	}
-	switch {
-	case c.Registry == nil && c.Dispatch.Registry == nil:
-		return invalid("Registry is nil")
-	case c.Poller.Handler != nil:
-		return invalid("Poller.Handler is set; the Outbox's dispatcher is the handler")
-	case c.Poller.Owner != "" && c.Poller.Owner != c.Dispatch.Owner:
-		return invalid("Poller.Owner %q differs from Dispatch.Owner %q; leave it empty", c.Poller.Owner, c.Dispatch.Owner)
+	// An event stays leased to this process from its claim (or its insert,
+	// on the hot path) until its outcome is written: its delivery, bounded
+	// by ListenerTimeout, then the wait for its DONE batch, bounded by
+	// DoneBatchLinger. A lease that expires before both are over lets
+	// another poller claim and deliver the event a second time while the
+	// first delivery still runs. Time spent in the queues adds to this and
+	// depends on load, so it is the user's margin; the part the settings
+	// bound is checked here.
+	lease := cmp.Or(c.Poller.LeaseTimeout, poller.DefaultLeaseTimeout)
+	linger := cmp.Or(c.Dispatch.DoneBatchLinger, dispatch.DefaultDoneBatchLinger)
+	busy := c.Dispatch.ListenerTimeout + linger
+	v.Check(lease > busy,
+		"Poller.LeaseTimeout %s does not exceed Dispatch.ListenerTimeout %s plus Dispatch.DoneBatchLinger %s: "+
+			"leases would expire while their events are still being delivered, and another poller would deliver them again",
+		lease, c.Dispatch.ListenerTimeout, linger)
+	return v.Err()
+}
+
+// nilDB reports whether db is nil, or a nil pool of the kinds users pass
+// (a *sql.DB or *sqlx.DB variable not yet opened), which would otherwise
+// fail only at the first statement.
+func nilDB(db DB) bool {
+	switch d := db.(type) {
+	case nil:
+		return true
+	case *sql.DB:
+		return d == nil
+	case *sqlx.DB:
+		return d == nil || d.DB == nil
 	}
-	return nil
+	return false
+}
+
+// dispatchSet reports whether any field of c is set. It names every field
+// (a test checks that none is missed) so that a WriterOnly Outbox can refuse
+// a dispatcher configuration it would silently ignore.
+func dispatchSet(c dispatch.Config) bool {
+	return c.Store != nil || c.DB != nil || c.Registry != nil || c.Owner != "" ||
+		c.Workers != 0 || c.HotQueueSize != 0 || c.ColdQueueSize != 0 || c.MaxAttempts != 0 ||
+		c.Retry != nil || c.DrainTimeout != 0 || c.ListenerTimeout != 0 || c.StoreTimeout != 0 ||
+		c.DoneBatchSize != 0 || c.DoneBatchLinger != 0 || c.DeleteDelivered || c.NoYieldAfterCommit ||
+		c.Interceptors != nil || c.Metrics != nil || config.HasWriter(c.Logger) || c.Now != nil
+}
+
+// pollerSet is dispatchSet for the poller's configuration.
+func pollerSet(c poller.Config) bool {
+	return c.Store != nil || c.DB != nil || c.Handler != nil || c.Owner != "" ||
+		c.LeaseTimeout != 0 || c.SkipRecent != 0 || c.BatchSize != 0 || c.Interval != 0 ||
+		c.ClaimTimeout != 0 || c.Metrics != nil || config.HasWriter(c.Logger) || c.Now != nil
+}
+
+// loggerOr returns l, or def when l is the zero Logger (see
+// config.HasWriter for what counts as zero).
+func loggerOr(l, def zerolog.Logger) zerolog.Logger {
+	if config.HasWriter(l) {
+		return l
+	}
+	return def
 }
 
 // uniqueOwner appends a random suffix to owner, cutting owner so that the
@@ -219,32 +282,6 @@ func uniqueOwner(owner string) string {
 		owner = owner[:room]
 	}
 	return owner + suffix
-}
-
-// isZero reports whether v is its type's zero value (a nil interface
-// included).
-func isZero[T any](v T) bool {
-	rv := reflect.ValueOf(&v).Elem()
-	if rv.Kind() == reflect.Interface {
-		if rv.IsNil() {
-			return true
-		}
-		rv = rv.Elem()
-		if k := rv.Kind(); k == reflect.Pointer || k == reflect.Map || k == reflect.Slice ||
-			k == reflect.Func || k == reflect.Chan || k == reflect.Interface {
-			return rv.IsNil()
-		}
-		return false
-	}
-	return rv.IsZero()
-}
-
-// orValue returns v, or def when v is zero.
-func orValue[T any](v, def T) T {
-	if isZero(v) {
-		return def
-	}
-	return v
 }
 
 // Mode returns the deployment the Outbox was built for.

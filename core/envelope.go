@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -88,19 +89,19 @@ func NewEnvelope(spec EnvelopeSpec) (Envelope, error) {
 	var payload []byte
 	switch {
 	case spec.JSON != nil && spec.Bytes != nil:
-		return Envelope{}, invalid("payload", "both JSON and Bytes are set; set exactly one")
+		return Envelope{}, Invalid("payload", "both JSON and Bytes are set; set exactly one")
 	case spec.JSON != nil:
 		if len(spec.JSON) > MaxPayloadBytes {
-			return Envelope{}, invalid("payload", "%d bytes exceeds the limit of %d", len(spec.JSON), MaxPayloadBytes)
+			return Envelope{}, Invalid("payload", "%d bytes exceeds the limit of %d", len(spec.JSON), MaxPayloadBytes)
 		}
 		if !json.Valid(spec.JSON) {
-			return Envelope{}, invalid("payload", "JSON payload is not valid JSON")
+			return Envelope{}, Invalid("payload", "JSON payload is not valid JSON")
 		}
 		payload = spec.JSON
 	case spec.Bytes != nil:
 		payload = spec.Bytes
 	default:
-		return Envelope{}, invalid("payload", "neither JSON nor Bytes is set; set exactly one")
+		return Envelope{}, Invalid("payload", "neither JSON nor Bytes is set; set exactly one")
 	}
 	env := Envelope{
 		id:            id,
@@ -149,23 +150,23 @@ func (e Envelope) Validate() error {
 		}
 	}
 	if e.payload == nil {
-		return invalid("payload", "is missing")
+		return Invalid("payload", "is missing")
 	}
 	if len(e.payload) > MaxPayloadBytes {
-		return invalid("payload", "%d bytes exceeds the limit of %d", len(e.payload), MaxPayloadBytes)
+		return Invalid("payload", "%d bytes exceeds the limit of %d", len(e.payload), MaxPayloadBytes)
 	}
 	size := 0
 	for k, v := range e.headers {
 		if k == "" {
-			return invalid("headers", "empty header key")
+			return Invalid("headers", "empty header key")
 		}
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {
-			return invalid("headers", "header %q is not valid UTF-8", k)
+			return Invalid("headers", "header %q is not valid UTF-8", k)
 		}
 		size += len(k) + len(v)
 	}
 	if size > MaxHeaderBytes {
-		return invalid("headers", "%d bytes exceeds the limit of %d", size, MaxHeaderBytes)
+		return Invalid("headers", "%d bytes exceeds the limit of %d", size, MaxHeaderBytes)
 	}
 	return nil
 }
@@ -173,15 +174,19 @@ func (e Envelope) Validate() error {
 func checkText(field, s string, maxLen int, required bool) error {
 	switch {
 	case s == "" && required:
-		return invalid(field, "is empty")
+		return Invalid(field, "is empty")
+	case required && strings.TrimSpace(s) == "":
+		// A name of only spaces reads as empty in every log line and query
+		// result, and a listener registered for it is one nobody can name.
+		return Invalid(field, "is only whitespace")
 	case len(s) > maxLen:
-		return invalid(field, "%d bytes exceeds the limit of %d", len(s), maxLen)
+		return Invalid(field, "%d bytes exceeds the limit of %d", len(s), maxLen)
 	case !utf8.ValidString(s):
-		return invalid(field, "is not valid UTF-8")
+		return Invalid(field, "is not valid UTF-8")
 	}
 	for _, r := range s {
 		if r == 0 {
-			return invalid(field, "contains a NUL byte")
+			return Invalid(field, "contains a NUL byte")
 		}
 	}
 	return nil
@@ -196,7 +201,7 @@ var (
 
 func checkTime(field string, t time.Time) error {
 	if t.Before(minTime) || t.After(maxTime) {
-		return invalid(field, "%s is outside the years 1000 to 9999", t.Format(time.RFC3339Nano))
+		return Invalid(field, "%s is outside the years 1000 to 9999", t.Format(time.RFC3339Nano))
 	}
 	return nil
 }

@@ -93,6 +93,10 @@ func TestNewEnvelopeRejectsBadInput(t *testing.T) {
 		{"long aggregate type", func(s *core.EnvelopeSpec) { s.AggregateType = core.AggregateName(strings.Repeat("a", 65)) }, "aggregate type"},
 		{"long aggregate id", func(s *core.EnvelopeSpec) { s.AggregateID = strings.Repeat("a", 129) }, "aggregate id"},
 		{"long tenant", func(s *core.EnvelopeSpec) { s.TenantID = strings.Repeat("a", 65) }, "tenant id"},
+		{"whitespace type", func(s *core.EnvelopeSpec) { s.Type = core.EventName("   ") }, "event type"},
+		{"tab and newline type", func(s *core.EnvelopeSpec) { s.Type = core.EventName("\t\n") }, "event type"},
+		{"whitespace aggregate type", func(s *core.EnvelopeSpec) { s.AggregateType = core.AggregateName("   ") }, "aggregate type"},
+		{"whitespace id", func(s *core.EnvelopeSpec) { s.ID = "   " }, "event id"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

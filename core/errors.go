@@ -48,7 +48,11 @@ func (e *ValidationError) Error() string {
 // Is reports whether target is ErrInvalid.
 func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
 
-func invalid(field, format string, args ...any) error {
+// Invalid returns a *ValidationError for field whose Reason is format
+// applied to args. It is the one way the library builds validation errors,
+// so that every one of them reads "outbox: invalid <field>: <reason>" and
+// matches ErrInvalid.
+func Invalid(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 

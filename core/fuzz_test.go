@@ -97,6 +97,8 @@ func FuzzRestoreEnvelope(f *testing.F) {
 	f.Add("01J0000000000000000000000", "OrderPlaced", "Order", "o-1", "t", "k", "v", []byte(`{}`), int64(0))
 	f.Add("id\x00", "T", "A", "", "", "", "", []byte{}, int64(-1))
 	f.Add("€€€€€€€€€€€€", "T", "A", "\xff", "", "k", "v", []byte{0}, int64(1<<62))
+	f.Add("01J0000000000000000000000", "   ", "Order", "", "", "", "", []byte(`{}`), int64(0))
+	f.Add("01J0000000000000000000000", "T", " \t\n", "", "", "", "", []byte(`{}`), int64(0))
 	f.Fuzz(func(t *testing.T, id, typ, agg, aggID, tenant, hk, hv string, payload []byte, nanos int64) {
 		if id == "" || agg == "" {
 			return // NewEnvelope would fill in defaults RestoreEnvelope does not apply

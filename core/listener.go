@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 )
 
@@ -42,10 +43,18 @@ func (r *Registry) Register(aggregate AggregateType, event EventType, l Listener
 		aggName = aggregate.Name()
 	}
 	if event == nil || event.Name() == "" {
-		return invalid("event type", "is empty")
+		return Invalid("event type", "is empty")
+	}
+	// Names the writer rejects can never be routed to; say so at Register
+	// rather than leave a listener nothing reaches.
+	if strings.TrimSpace(event.Name()) == "" {
+		return Invalid("event type", "is only whitespace")
+	}
+	if strings.TrimSpace(aggName) == "" {
+		return Invalid("aggregate type", "is only whitespace")
 	}
 	if l == nil {
-		return invalid("listener", "is nil")
+		return Invalid("listener", "is nil")
 	}
 	key := routeKey{aggName, event.Name()}
 	r.mu.Lock()
@@ -63,7 +72,7 @@ func (r *Registry) Register(aggregate AggregateType, event EventType, l Listener
 // RegisterFunc is Register for a function.
 func (r *Registry) RegisterFunc(aggregate AggregateType, event EventType, f func(context.Context, Event) error) error {
 	if f == nil {
-		return invalid("listener", "is nil")
+		return Invalid("listener", "is nil")
 	}
 	return r.Register(aggregate, event, ListenerFunc(f))
 }

@@ -27,6 +27,12 @@ func TestRegistry(t *testing.T) {
 	if err := r.Register(nil, core.EventName(""), core.ListenerFunc(noop)); !errors.Is(err, core.ErrInvalid) {
 		t.Fatalf("empty type: %v", err)
 	}
+	if err := r.Register(nil, core.EventName("   "), core.ListenerFunc(noop)); !errors.Is(err, core.ErrInvalid) {
+		t.Errorf("whitespace-only event type: %v", err)
+	}
+	if err := r.Register(core.AggregateName(" \t"), orderPlaced, core.ListenerFunc(noop)); !errors.Is(err, core.ErrInvalid) {
+		t.Errorf("whitespace-only aggregate type: %v", err)
+	}
 	if err := r.Register(nil, orderPlaced, nil); !errors.Is(err, core.ErrInvalid) {
 		t.Fatalf("nil listener: %v", err)
 	}

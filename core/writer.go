@@ -96,7 +96,7 @@ type Writer struct {
 // NewWriter validates cfg and returns a Writer.
 func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if cfg.Store == nil {
-		return nil, invalid("writer config", "Store is nil")
+		return nil, Invalid("writer config", "Store is nil")
 	}
 	w := &Writer{store: cfg.Store, hook: cfg.Hook, log: cfg.Logger, now: cfg.Now}
 	if w.now == nil {

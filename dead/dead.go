@@ -27,11 +27,13 @@
 package dead
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/config"
 )
 
 // DefaultBatchSize is the number of events one ReplayAll statement replays
@@ -63,21 +65,32 @@ type Manager struct {
 // New validates cfg and returns a Manager. Bad configuration returns an error
 // matching core.ErrInvalid.
 func New(cfg Config) (*Manager, error) {
-	switch {
-	case cfg.DB == nil:
-		return nil, &core.ValidationError{Field: "dead config", Reason: "DB is nil"}
-	case cfg.Store == nil:
-		return nil, &core.ValidationError{Field: "dead config", Reason: "Store is nil"}
-	case cfg.BatchSize < 0:
-		return nil, &core.ValidationError{Field: "dead config", Reason: "BatchSize is negative"}
-	}
-	if cfg.BatchSize == 0 {
-		cfg.BatchSize = DefaultBatchSize
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	return &Manager{cfg: cfg}, nil
+}
+
+// validate reports the first field of c that New cannot accept.
+func (c Config) validate() error {
+	v := config.Validator{Component: "dead config"}
+	v.Require("DB", c.DB != nil)
+	v.Require("Store", c.Store != nil)
+	config.NonNegative(&v, "BatchSize", c.BatchSize)
+	return v.Err()
+}
+
+// withDefaults validates c and returns a copy with defaults applied.
+func (c Config) withDefaults() (Config, error) {
+	if err := c.validate(); err != nil {
+		return c, err
+	}
+	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c, nil
 }
 
 // List returns the DEAD events matching f's event type and aggregate type
@@ -86,7 +99,7 @@ func New(cfg Config) (*Manager, error) {
 // together with an error naming the bad row.
 func (m *Manager) List(ctx context.Context, f core.DeadFilter) ([]core.Event, error) {
 	if f.Limit < 0 {
-		return nil, &core.ValidationError{Field: "dead filter", Reason: "Limit is negative"}
+		return nil, core.Invalid("dead filter", "Limit is negative")
 	}
 	events, err := m.cfg.Store.QueryDead(ctx, m.cfg.DB, f)
 	if err != nil {
@@ -112,7 +125,7 @@ func (m *Manager) Count(ctx context.Context, f core.DeadFilter) (int64, error) {
 // matching core.ErrInvalid.
 func (m *Manager) Replay(ctx context.Context, id string) (bool, error) {
 	if id == "" {
-		return false, &core.ValidationError{Field: "event id", Reason: "is empty"}
+		return false, core.Invalid("event id", "is empty")
 	}
 	n, err := m.cfg.Store.ReplayDead(ctx, m.cfg.DB, []string{id}, m.cfg.Now())
 	if err != nil {
@@ -131,7 +144,7 @@ func (m *Manager) Replay(ctx context.Context, id string) (bool, error) {
 // progress is not nil it is called after each batch with the running total.
 func (m *Manager) ReplayAll(ctx context.Context, f core.DeadFilter, progress func(replayed int64)) (int64, error) {
 	if f.Limit < 0 {
-		return 0, &core.ValidationError{Field: "dead filter", Reason: "Limit is negative"}
+		return 0, core.Invalid("dead filter", "Limit is negative")
 	}
 	target := int64(f.Limit)
 	if target == 0 {

@@ -1,12 +1,13 @@
 package dispatch
 
 import (
-	"fmt"
+	"cmp"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/config"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -23,9 +24,6 @@ const (
 	DefaultDoneBatchSize   = 500
 	DefaultDoneBatchLinger = 5 * time.Millisecond
 )
-
-// maxOwnerLen is the size of the locked_by column.
-const maxOwnerLen = core.MaxOwnerLen
 
 // Config configures a Dispatcher. The zero value of every optional field means
 // the default stated in its comment; New validates the rest.
@@ -80,19 +78,19 @@ type Config struct {
 	// before it is written, counted from its first outcome; a full batch is
 	// written at once. It delays only the DONE write, never a delivery; an
 	// event stays in flight (its id is not accepted again) until its DONE is
-	// written. Longer lingers mean fewer statements and commits: 5ms gave
-	// 2-4% more throughput than 1ms under a full write load on PostgreSQL
-	// and MariaDB (docs/BENCHMARKS.md). Default 5ms.
+	// written. Longer lingers mean fewer, larger statements and commits
+	// under a full write load, at the cost of holding each event in flight
+	// a little longer; docs/BENCHMARKS.md has the measurements behind the
+	// default. Default 5ms.
 	DoneBatchLinger time.Duration
 	// DeleteDelivered deletes each delivered event's row instead of marking
 	// it DONE, in the same batches. Store must implement core.DoneDeleter
 	// (the SQL stores do); New fails otherwise. No DONE rows are kept, so
 	// there are none to purge or count, and an event's delivery leaves no
-	// trace in the table; failing events still end DEAD. On SQLite, where
-	// the DONE update is a tenth of a writer's transaction, it raised the
-	// delivered rate by 5-15%; on PostgreSQL and MariaDB, whose commits cost
-	// more than the row work, W1 did not change measurably
-	// (docs/BENCHMARKS.md). Default false.
+	// trace in the table; failing events still end DEAD. It pays where the
+	// row work of the DONE update is a large share of a transaction (SQLite)
+	// and matters little where commits dominate (PostgreSQL, MariaDB); see
+	// docs/BENCHMARKS.md. Default false.
 	DeleteDelivered bool
 
 	// NoYieldAfterCommit keeps the committing goroutine running after the
@@ -101,8 +99,7 @@ type Config struct {
 	// (runtime.Gosched), so that an idle worker starts the delivery at once
 	// on the OS thread that is already running instead of waiting for the
 	// runtime to wake another one, which on a busy machine takes
-	// milliseconds: on 2 loaded cores this cut the p99 commit-to-listener
-	// latency from 2.4 ms to 0.3 ms, at the same throughput
+	// milliseconds and dominates the tail of the commit-to-listener latency
 	// (docs/BENCHMARKS.md). The committing goroutine goes on as soon as a
 	// processor is free. Set it when delivery latency matters less than
 	// the committing goroutine's.
@@ -120,77 +117,55 @@ type Config struct {
 	Now func() time.Time
 }
 
-func invalid(reason string, args ...any) error {
-	return &core.ValidationError{Field: "dispatch config", Reason: fmt.Sprintf(reason, args...)}
+// validate reports the first field of c that New cannot accept.
+func (c Config) validate() error {
+	v := config.Validator{Component: "dispatch config"}
+	v.Require("Store", c.Store != nil)
+	v.Require("DB", c.DB != nil)
+	v.Require("Registry", c.Registry != nil)
+	config.Owner(&v, c.Owner)
+	config.NonNegative(&v, "Workers", c.Workers)
+	config.NonNegative(&v, "HotQueueSize", c.HotQueueSize)
+	config.NonNegative(&v, "ColdQueueSize", c.ColdQueueSize)
+	config.NonNegative(&v, "MaxAttempts", c.MaxAttempts)
+	config.NonNegative(&v, "DrainTimeout", c.DrainTimeout)
+	config.NonNegative(&v, "ListenerTimeout", c.ListenerTimeout)
+	config.NonNegative(&v, "StoreTimeout", c.StoreTimeout)
+	config.NonNegative(&v, "DoneBatchSize", c.DoneBatchSize)
+	config.NonNegative(&v, "DoneBatchLinger", c.DoneBatchLinger)
+	if c.DeleteDelivered {
+		_, ok := c.Store.(core.DoneDeleter)
+		v.Check(ok, "DeleteDelivered is set but Store %T does not implement core.DoneDeleter", c.Store)
+	}
+	for i, ic := range c.Interceptors {
+		v.Check(ic != nil, "Interceptors[%d] is nil", i)
+	}
+	return v.Err()
 }
 
 // withDefaults validates c and returns a copy with defaults applied.
 func (c Config) withDefaults() (Config, error) {
-	switch {
-	case c.Store == nil:
-		return c, invalid("Store is nil")
-	case c.DB == nil:
-		return c, invalid("DB is nil")
-	case c.Registry == nil:
-		return c, invalid("Registry is nil")
-	case len(c.Owner) > maxOwnerLen:
-		return c, invalid("Owner is %d bytes, more than %d", len(c.Owner), maxOwnerLen)
-	case c.Workers < 0:
-		return c, invalid("Workers is negative")
-	case c.HotQueueSize < 0:
-		return c, invalid("HotQueueSize is negative")
-	case c.ColdQueueSize < 0:
-		return c, invalid("ColdQueueSize is negative")
-	case c.MaxAttempts < 0:
-		return c, invalid("MaxAttempts is negative")
-	case c.DrainTimeout < 0:
-		return c, invalid("DrainTimeout is negative")
-	case c.ListenerTimeout < 0:
-		return c, invalid("ListenerTimeout is negative")
-	case c.StoreTimeout < 0:
-		return c, invalid("StoreTimeout is negative")
-	case c.DoneBatchSize < 0:
-		return c, invalid("DoneBatchSize is negative")
-	case c.DoneBatchLinger < 0:
-		return c, invalid("DoneBatchLinger is negative")
-	}
-	if _, ok := c.Store.(core.DoneDeleter); c.DeleteDelivered && !ok {
-		return c, invalid("DeleteDelivered is set but Store %T does not implement core.DoneDeleter", c.Store)
-	}
-	for i, ic := range c.Interceptors {
-		if ic == nil {
-			return c, invalid("Interceptors[%d] is nil", i)
-		}
+	if err := c.validate(); err != nil {
+		return c, err
 	}
 	if c.Owner == "" {
 		c.Owner = NewOwner()
 	}
-	c.Workers = orDefault(c.Workers, DefaultWorkers)
-	c.HotQueueSize = orDefault(c.HotQueueSize, DefaultHotQueueSize)
-	c.ColdQueueSize = orDefault(c.ColdQueueSize, DefaultColdQueueSize)
-	c.MaxAttempts = orDefault(c.MaxAttempts, DefaultMaxAttempts)
-	c.DrainTimeout = orDefault(c.DrainTimeout, DefaultDrainTimeout)
-	c.StoreTimeout = orDefault(c.StoreTimeout, DefaultStoreTimeout)
-	c.DoneBatchSize = orDefault(c.DoneBatchSize, DefaultDoneBatchSize)
-	c.DoneBatchLinger = orDefault(c.DoneBatchLinger, DefaultDoneBatchLinger)
-	if c.Retry == nil {
-		c.Retry = &core.ExponentialBackoff{}
-	}
-	if c.Metrics == nil {
-		c.Metrics = core.NopMetrics{}
-	}
+	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
+	c.HotQueueSize = cmp.Or(c.HotQueueSize, DefaultHotQueueSize)
+	c.ColdQueueSize = cmp.Or(c.ColdQueueSize, DefaultColdQueueSize)
+	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
+	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultDrainTimeout)
+	c.StoreTimeout = cmp.Or(c.StoreTimeout, DefaultStoreTimeout)
+	c.DoneBatchSize = cmp.Or(c.DoneBatchSize, DefaultDoneBatchSize)
+	c.DoneBatchLinger = cmp.Or(c.DoneBatchLinger, DefaultDoneBatchLinger)
+	c.Retry = cmp.Or[core.RetryPolicy](c.Retry, &core.ExponentialBackoff{})
+	c.Metrics = cmp.Or[core.Metrics](c.Metrics, core.NopMetrics{})
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 	c.Interceptors = append([]core.Interceptor(nil), c.Interceptors...)
 	return c, nil
-}
-
-func orDefault[T int | time.Duration](v, def T) T {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // NewOwner returns a lease owner token unique to this process and call; it

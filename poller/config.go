@@ -1,12 +1,13 @@
 package poller
 
 import (
-	"fmt"
+	"cmp"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/config"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -16,9 +17,6 @@ const (
 	DefaultInterval     = 5 * time.Second
 	DefaultClaimTimeout = 30 * time.Second
 )
-
-// maxOwnerLen is the size of the locked_by column.
-const maxOwnerLen = 128
 
 // Handler takes the events the poller claims. *dispatch.Dispatcher
 // implements it.
@@ -52,7 +50,8 @@ type Config struct {
 	Owner string
 	// LeaseTimeout is how long a claim holds an event before another claimer
 	// may take it. It must exceed the time an event can wait in the queue
-	// plus its delivery. Default 5 minutes.
+	// plus its delivery; outbox.New checks that it exceeds the dispatcher's
+	// ListenerTimeout plus DoneBatchLinger. Default 5 minutes.
 	LeaseTimeout time.Duration
 	// SkipRecent leaves events created less than this long ago to the hot
 	// path. Default 0: claim everything due.
@@ -60,8 +59,8 @@ type Config struct {
 	// BatchSize caps the events one claim takes. A claim costs about the
 	// same for 50 rows as for 100 (its round trips and commit dominate), so
 	// a backlog drains about as many batches per second whatever their
-	// size: 100 drained 1.3-1.6 times as fast as 50 on MariaDB and
-	// PostgreSQL (docs/BENCHMARKS.md). Default 100.
+	// size, and larger batches drain it faster (docs/BENCHMARKS.md).
+	// Default 100.
 	BatchSize int
 	// Interval is the time between polls when there is no backlog, and the
 	// cap of the back-off after a failed claim. Default 5s.
@@ -81,30 +80,25 @@ type Config struct {
 	Now func() time.Time
 }
 
-func invalid(reason string, args ...any) error {
-	return &core.ValidationError{Field: "poller config", Reason: fmt.Sprintf(reason, args...)}
+// validate reports the first field of c that New cannot accept.
+func (c Config) validate() error {
+	v := config.Validator{Component: "poller config"}
+	v.Require("Store", c.Store != nil)
+	v.Require("DB", c.DB != nil)
+	v.Require("Handler", c.Handler != nil)
+	config.Owner(&v, c.Owner)
+	config.NonNegative(&v, "LeaseTimeout", c.LeaseTimeout)
+	config.NonNegative(&v, "SkipRecent", c.SkipRecent)
+	config.NonNegative(&v, "BatchSize", c.BatchSize)
+	config.NonNegative(&v, "Interval", c.Interval)
+	config.NonNegative(&v, "ClaimTimeout", c.ClaimTimeout)
+	return v.Err()
 }
 
+// withDefaults validates c and returns a copy with defaults applied.
 func (c Config) withDefaults() (Config, error) {
-	switch {
-	case c.Store == nil:
-		return c, invalid("Store is nil")
-	case c.DB == nil:
-		return c, invalid("DB is nil")
-	case c.Handler == nil:
-		return c, invalid("Handler is nil")
-	case len(c.Owner) > maxOwnerLen:
-		return c, invalid("Owner is %d bytes, more than %d", len(c.Owner), maxOwnerLen)
-	case c.LeaseTimeout < 0:
-		return c, invalid("LeaseTimeout is negative")
-	case c.SkipRecent < 0:
-		return c, invalid("SkipRecent is negative")
-	case c.BatchSize < 0:
-		return c, invalid("BatchSize is negative")
-	case c.Interval < 0:
-		return c, invalid("Interval is negative")
-	case c.ClaimTimeout < 0:
-		return c, invalid("ClaimTimeout is negative")
+	if err := c.validate(); err != nil {
+		return c, err
 	}
 	if c.Owner == "" {
 		if o, ok := c.Handler.(interface{ Owner() string }); ok {
@@ -114,21 +108,11 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Owner == "" {
 		c.Owner = core.NewOwner()
 	}
-	if c.LeaseTimeout == 0 {
-		c.LeaseTimeout = DefaultLeaseTimeout
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.Interval == 0 {
-		c.Interval = DefaultInterval
-	}
-	if c.ClaimTimeout == 0 {
-		c.ClaimTimeout = DefaultClaimTimeout
-	}
-	if c.Metrics == nil {
-		c.Metrics = core.NopMetrics{}
-	}
+	c.LeaseTimeout = cmp.Or(c.LeaseTimeout, DefaultLeaseTimeout)
+	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	c.Interval = cmp.Or(c.Interval, DefaultInterval)
+	c.ClaimTimeout = cmp.Or(c.ClaimTimeout, DefaultClaimTimeout)
+	c.Metrics = cmp.Or[core.Metrics](c.Metrics, core.NopMetrics{})
 	if c.Now == nil {
 		c.Now = time.Now
 	}

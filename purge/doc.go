@@ -17,7 +17,7 @@
 // longer retention than DONE rows: set Config.DeadRetention, or
 // Config.KeepDead to keep them until someone replays or deletes them.
 //
-//	p, err := purge.New(purge.Config{Purger: store, DB: db, Logger: log})
+//	p, err := purge.New(purge.Config{Store: store, DB: db, Logger: log})
 //	if err != nil {
 //		return err
 //	}

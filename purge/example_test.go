@@ -55,7 +55,7 @@ func ExamplePurger_RunOnce() {
 		}
 	}
 
-	p, err := purge.New(purge.Config{Purger: store, DB: db, KeepDead: true})
+	p, err := purge.New(purge.Config{Store: store, DB: db, KeepDead: true})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package purge
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/lifecycle"
 )
 
@@ -28,8 +30,8 @@ const jitterFraction = 10
 // Config configures a Purger. The zero value of every optional field means
 // the default stated in its comment; New validates the rest.
 type Config struct {
-	// Purger deletes the rows; every store implements it. Required.
-	Purger core.Purger
+	// Store deletes the rows; every store implements core.Purger. Required.
+	Store core.Purger
 	// DB is the pool (*sql.DB, *sqlx.DB) each batch runs on as its own
 	// statement. Required.
 	DB core.DBTX
@@ -62,44 +64,32 @@ type Config struct {
 	Now func() time.Time
 }
 
-func invalid(reason string, args ...any) error {
-	return &core.ValidationError{Field: "purge config", Reason: fmt.Sprintf(reason, args...)}
+// validate reports the first field of c that New cannot accept.
+func (c Config) validate() error {
+	v := config.Validator{Component: "purge config"}
+	v.Require("Store", c.Store != nil)
+	v.Require("DB", c.DB != nil)
+	config.NonNegative(&v, "Retention", c.Retention)
+	v.Check(c.DeadRetention >= 0, "DeadRetention is negative (set KeepDead to keep DEAD rows)")
+	v.Check(!c.KeepDead || c.DeadRetention == 0, "KeepDead and DeadRetention are both set")
+	config.NonNegative(&v, "BatchSize", c.BatchSize)
+	config.NonNegative(&v, "Interval", c.Interval)
+	config.NonNegative(&v, "QueryTimeout", c.QueryTimeout)
+	return v.Err()
 }
 
+// withDefaults validates c and returns a copy with defaults applied.
 func (c Config) withDefaults() (Config, error) {
-	switch {
-	case c.Purger == nil:
-		return c, invalid("Purger is nil")
-	case c.DB == nil:
-		return c, invalid("DB is nil")
-	case c.Retention < 0:
-		return c, invalid("Retention is negative")
-	case c.DeadRetention < 0:
-		return c, invalid("DeadRetention is negative (set KeepDead to keep DEAD rows)")
-	case c.KeepDead && c.DeadRetention != 0:
-		return c, invalid("KeepDead and DeadRetention are both set")
-	case c.BatchSize < 0:
-		return c, invalid("BatchSize is negative")
-	case c.Interval < 0:
-		return c, invalid("Interval is negative")
-	case c.QueryTimeout < 0:
-		return c, invalid("QueryTimeout is negative")
+	if err := c.validate(); err != nil {
+		return c, err
 	}
-	if c.Retention == 0 {
-		c.Retention = DefaultRetention
+	c.Retention = cmp.Or(c.Retention, DefaultRetention)
+	if !c.KeepDead {
+		c.DeadRetention = cmp.Or(c.DeadRetention, c.Retention)
 	}
-	if c.DeadRetention == 0 && !c.KeepDead {
-		c.DeadRetention = c.Retention
-	}
-	if c.BatchSize == 0 {
-		c.BatchSize = DefaultBatchSize
-	}
-	if c.Interval == 0 {
-		c.Interval = DefaultInterval
-	}
-	if c.QueryTimeout == 0 {
-		c.QueryTimeout = DefaultQueryTimeout
-	}
+	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
+	c.Interval = cmp.Or(c.Interval, DefaultInterval)
+	c.QueryTimeout = cmp.Or(c.QueryTimeout, DefaultQueryTimeout)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -231,7 +221,7 @@ func (p *Purger) run(ctx context.Context, stop <-chan struct{}) (int64, error) {
 func (p *Purger) batch(ctx context.Context, params core.PurgeParams) (int64, error) {
 	bctx, cancel := context.WithTimeout(ctx, p.cfg.QueryTimeout)
 	defer cancel()
-	n, err := p.cfg.Purger.Purge(bctx, p.cfg.DB, params)
+	n, err := p.cfg.Store.Purge(bctx, p.cfg.DB, params)
 	if err != nil && ctx.Err() == nil && errors.Is(bctx.Err(), context.DeadlineExceeded) {
 		return n, fmt.Errorf("query timeout of %s exceeded: %w", p.cfg.QueryTimeout, err)
 	}

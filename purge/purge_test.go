@@ -143,7 +143,7 @@ func TestRunOnceDeletesOnlyOldTerminalRows(t *testing.T) {
 			seedRow{"retry-old", core.StatusRetry, now.Add(-90 * day)},
 		)
 		var log syncBuffer
-		p := newPurger(t, Config{Purger: tg.Store, DB: tg.DB, Logger: zerolog.New(&log)})
+		p := newPurger(t, Config{Store: tg.Store, DB: tg.DB, Logger: zerolog.New(&log)})
 		n, err := p.RunOnce(testCtx(t))
 		if err != nil || n != 3 {
 			t.Fatalf("RunOnce = %d, %v; want 3, nil", n, err)
@@ -177,7 +177,7 @@ func TestRunOnceBatches(t *testing.T) {
 			seedRow{"recent", core.StatusDone, now.Add(-time.Hour)})
 		seed(t, tg, rows...)
 		counter := &countingPurger{Purger: tg.Store}
-		p := newPurger(t, Config{Purger: counter, DB: tg.DB, BatchSize: 3})
+		p := newPurger(t, Config{Store: counter, DB: tg.DB, BatchSize: 3})
 		n, err := p.RunOnce(testCtx(t))
 		if err != nil || n != 10 {
 			t.Fatalf("RunOnce = %d, %v; want 10, nil", n, err)
@@ -198,13 +198,13 @@ func TestDeadRetention(t *testing.T) {
 			seedRow{"dead-40d", core.StatusDead, now.Add(-40 * day)},
 			seedRow{"dead-400d", core.StatusDead, now.Add(-400 * day)},
 		)
-		keep := newPurger(t, Config{Purger: tg.Store, DB: tg.DB, KeepDead: true})
+		keep := newPurger(t, Config{Store: tg.Store, DB: tg.DB, KeepDead: true})
 		if n, err := keep.RunOnce(testCtx(t)); err != nil || n != 1 {
 			t.Fatalf("KeepDead RunOnce = %d, %v; want 1 (the DONE row), nil", n, err)
 		}
 		checkRows(t, tg, []string{"done-8d"}, []string{"dead-8d", "dead-40d", "dead-400d"})
 
-		longer := newPurger(t, Config{Purger: tg.Store, DB: tg.DB, DeadRetention: 30 * day})
+		longer := newPurger(t, Config{Store: tg.Store, DB: tg.DB, DeadRetention: 30 * day})
 		if n, err := longer.RunOnce(testCtx(t)); err != nil || n != 2 {
 			t.Fatalf("DeadRetention=30d RunOnce = %d, %v; want 2, nil", n, err)
 		}
@@ -214,19 +214,19 @@ func TestDeadRetention(t *testing.T) {
 
 func TestConfig(t *testing.T) {
 	var db fakeDB
-	purger := errPurger{}
+	store := errPurger{}
 	tests := []struct {
 		name string
 		cfg  Config
 	}{
-		{"nil purger", Config{DB: db}},
-		{"nil db", Config{Purger: purger}},
-		{"negative retention", Config{Purger: purger, DB: db, Retention: -1}},
-		{"negative dead retention", Config{Purger: purger, DB: db, DeadRetention: -1}},
-		{"keep dead with dead retention", Config{Purger: purger, DB: db, KeepDead: true, DeadRetention: day}},
-		{"negative batch", Config{Purger: purger, DB: db, BatchSize: -1}},
-		{"negative interval", Config{Purger: purger, DB: db, Interval: -1}},
-		{"negative timeout", Config{Purger: purger, DB: db, QueryTimeout: -1}},
+		{"nil store", Config{DB: db}},
+		{"nil db", Config{Store: store}},
+		{"negative retention", Config{Store: store, DB: db, Retention: -1}},
+		{"negative dead retention", Config{Store: store, DB: db, DeadRetention: -1}},
+		{"keep dead with dead retention", Config{Store: store, DB: db, KeepDead: true, DeadRetention: day}},
+		{"negative batch", Config{Store: store, DB: db, BatchSize: -1}},
+		{"negative interval", Config{Store: store, DB: db, Interval: -1}},
+		{"negative timeout", Config{Store: store, DB: db, QueryTimeout: -1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -236,7 +236,7 @@ func TestConfig(t *testing.T) {
 		})
 	}
 
-	p, err := New(Config{Purger: purger, DB: db, Retention: 2 * day})
+	p, err := New(Config{Store: store, DB: db, Retention: 2 * day})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestConfig(t *testing.T) {
 		c.Interval != DefaultInterval || c.QueryTimeout != DefaultQueryTimeout || c.Now == nil {
 		t.Errorf("defaults not applied: %+v", c)
 	}
-	p, err = New(Config{Purger: purger, DB: db, KeepDead: true})
+	p, err = New(Config{Store: store, DB: db, KeepDead: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestJitterStaysWithinTenPercent(t *testing.T) {
 }
 
 func TestLifecycle(t *testing.T) {
-	p := newPurger(t, Config{Purger: errPurger{}, DB: fakeDB{}})
+	p := newPurger(t, Config{Store: errPurger{}, DB: fakeDB{}})
 	ctx := testCtx(t)
 	if err := p.Start(ctx); err != nil {
 		t.Fatalf("Start: %v", err)
@@ -285,7 +285,7 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("RunOnce after Close = %v, want core.ErrClosed", err)
 	}
 
-	unstarted := newPurger(t, Config{Purger: errPurger{}, DB: fakeDB{}})
+	unstarted := newPurger(t, Config{Store: errPurger{}, DB: fakeDB{}})
 	if err := unstarted.Close(ctx); err != nil {
 		t.Errorf("Close without Start: %v", err)
 	}
@@ -295,7 +295,7 @@ func TestLifecycle(t *testing.T) {
 }
 
 func TestConcurrentCloses(t *testing.T) {
-	p := newPurger(t, Config{Purger: errPurger{}, DB: fakeDB{}})
+	p := newPurger(t, Config{Store: errPurger{}, DB: fakeDB{}})
 	if err := p.Start(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +310,7 @@ func TestBackgroundLoopRunsAndCloseStopsIt(t *testing.T) {
 	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
 		t.Parallel()
 		seed(t, tg, seedRow{"old", core.StatusDone, now.Add(-8 * day)}, seedRow{"new", core.StatusNew, now})
-		p := newPurger(t, Config{Purger: tg.Store, DB: tg.DB})
+		p := newPurger(t, Config{Store: tg.Store, DB: tg.DB})
 		runs := make(chan int64, 1)
 		p.afterRun = func(n int64, err error) {
 			if err != nil {
@@ -342,7 +342,7 @@ func TestBackgroundLoopRunsAndCloseStopsIt(t *testing.T) {
 }
 
 func TestCancellingStartContextStopsTheLoop(t *testing.T) {
-	p := newPurger(t, Config{Purger: errPurger{}, DB: fakeDB{}, Interval: time.Hour})
+	p := newPurger(t, Config{Store: errPurger{}, DB: fakeDB{}, Interval: time.Hour})
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := p.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -357,7 +357,7 @@ func TestCancellingStartContextStopsTheLoop(t *testing.T) {
 
 func TestCloseCancelsABatchWhenItsContextIsDone(t *testing.T) {
 	blocking := &blockingPurger{entered: make(chan struct{})}
-	p := newPurger(t, Config{Purger: blocking, DB: fakeDB{}})
+	p := newPurger(t, Config{Store: blocking, DB: fakeDB{}})
 	if err := p.Start(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +374,7 @@ func TestCloseCancelsABatchWhenItsContextIsDone(t *testing.T) {
 
 func TestBackgroundErrorsAreLoggedNotPropagated(t *testing.T) {
 	var log syncBuffer
-	p := newPurger(t, Config{Purger: errPurger{}, DB: fakeDB{}, Logger: zerolog.New(&log)})
+	p := newPurger(t, Config{Store: errPurger{}, DB: fakeDB{}, Logger: zerolog.New(&log)})
 	errs := make(chan error, 1)
 	p.afterRun = func(_ int64, err error) { errs <- err }
 	if err := p.Start(testCtx(t)); err != nil {
@@ -393,7 +393,7 @@ func TestBackgroundErrorsAreLoggedNotPropagated(t *testing.T) {
 
 func TestRunOnceReturnsPartialCountOnError(t *testing.T) {
 	fp := &failingAfter{n: 2, batch: 5}
-	p := newPurger(t, Config{Purger: fp, DB: fakeDB{}, BatchSize: 5})
+	p := newPurger(t, Config{Store: fp, DB: fakeDB{}, BatchSize: 5})
 	n, err := p.RunOnce(testCtx(t))
 	if !errors.Is(err, errBoom) || n != 10 {
 		t.Errorf("RunOnce = %d, %v; want 10 and errBoom", n, err)

@@ -47,7 +47,7 @@ type sqlxBeginner interface {
 // an error matching core.ErrInvalid when db is nil.
 func New(db core.TxBeginner, cfg Config) (*Manager, error) {
 	if isNil(db) {
-		return nil, &core.ValidationError{Field: "txctx handle", Reason: "is nil"}
+		return nil, core.Invalid("txctx handle", "is nil")
 	}
 	m := &Manager{db: db, handle: handleOf(db), log: cfg.Logger}
 	if cfg.TxOptions != nil {
@@ -71,7 +71,7 @@ func New(db core.TxBeginner, cfg Config) (*Manager, error) {
 // the panic continue. A nil fn returns an error matching core.ErrInvalid.
 func (m *Manager) Do(ctx context.Context, fn func(ctx context.Context) error) error {
 	if fn == nil {
-		return &core.ValidationError{Field: "transaction function", Reason: "is nil"}
+		return core.Invalid("transaction function", "is nil")
 	}
 	if t, ok := From(ctx); ok && t.handle == m.handle {
 		if t.ended() {

@@ -116,7 +116,7 @@ var _ core.Metrics = (*Exporter)(nil)
 // stays registered.
 func New(cfg Config) (*Exporter, error) {
 	if cfg.Registerer == nil {
-		return nil, &core.ValidationError{Field: "prometheus config", Reason: "Registerer is nil"}
+		return nil, core.Invalid("prometheus config", "Registerer is nil")
 	}
 	dispatch := prom.NewCounterVec(cfg.counterOpts("dispatch_total",
 		"Delivery outcomes: success (DONE), failure (RETRY scheduled), dead (DEAD)."), []string{"result"})

@@ -1,6 +1,7 @@
 package prometheus
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/lifecycle"
 )
 
@@ -42,6 +44,30 @@ type SamplerConfig struct {
 	Now func() time.Time
 }
 
+// validate reports the first field of c that NewSampler cannot accept.
+func (c SamplerConfig) validate() error {
+	v := config.Validator{Component: "sampler config"}
+	v.Require("Metrics.Registerer", c.Metrics.Registerer != nil)
+	v.Require("Store", c.Store != nil)
+	v.Require("DB", c.DB != nil)
+	config.NonNegative(&v, "Interval", c.Interval)
+	config.NonNegative(&v, "QueryTimeout", c.QueryTimeout)
+	return v.Err()
+}
+
+// withDefaults validates c and returns a copy with defaults applied.
+func (c SamplerConfig) withDefaults() (SamplerConfig, error) {
+	if err := c.validate(); err != nil {
+		return c, err
+	}
+	c.Interval = cmp.Or(c.Interval, DefaultSampleInterval)
+	c.QueryTimeout = cmp.Or(c.QueryTimeout, DefaultSampleQueryTimeout)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c, nil
+}
+
 // Sampler counts NEW, RETRY and DEAD rows and the age of the oldest pending
 // row on an interval, and exposes them as gauges. Each sample runs a few
 // short read-only queries that the stores' indexes serve (Store.Stats). Its
@@ -63,26 +89,9 @@ type Sampler struct {
 // core.ErrInvalid; a failed registration returns the registry's error and
 // leaves nothing registered.
 func NewSampler(cfg SamplerConfig) (*Sampler, error) {
-	switch {
-	case cfg.Metrics.Registerer == nil:
-		return nil, &core.ValidationError{Field: "sampler config", Reason: "Metrics.Registerer is nil"}
-	case cfg.Store == nil:
-		return nil, &core.ValidationError{Field: "sampler config", Reason: "Store is nil"}
-	case cfg.DB == nil:
-		return nil, &core.ValidationError{Field: "sampler config", Reason: "DB is nil"}
-	case cfg.Interval < 0:
-		return nil, &core.ValidationError{Field: "sampler config", Reason: "Interval is negative"}
-	case cfg.QueryTimeout < 0:
-		return nil, &core.ValidationError{Field: "sampler config", Reason: "QueryTimeout is negative"}
-	}
-	if cfg.Interval == 0 {
-		cfg.Interval = DefaultSampleInterval
-	}
-	if cfg.QueryTimeout == 0 {
-		cfg.QueryTimeout = DefaultSampleQueryTimeout
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	m := cfg.Metrics
 	s := &Sampler{

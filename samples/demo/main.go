@@ -7,8 +7,8 @@
 // a rolled-back transaction delivers nothing; committed events reach their
 // listener through the hot path right after COMMIT; a listener that fails is
 // retried with backoff until it succeeds; an event nobody listens to goes DEAD
-// at once; a burst larger than the hot queue overflows into the table and the
-// poller delivers the rest.
+// at once; a burst larger than the hot queue, committed while every worker is
+// busy, overflows into the table and the poller delivers the rest.
 package main
 
 import (
@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,7 +95,20 @@ func run(ctx context.Context) error {
 	}
 	reg := core.NewRegistry()
 	var placed atomic.Int64
+	// burstCommitted holds the deliveries of the burst (step 4) until its
+	// transaction has committed and the hook has offered every event to the
+	// hot queue: the workers stay busy meanwhile, as under real load, so the
+	// queue cannot drain while it is being filled and the overflow happens
+	// on every run, not only when the scheduler happens to be slow.
+	burstCommitted := make(chan struct{})
 	if err := reg.RegisterFunc(orders, orderPlaced, func(ctx context.Context, ev core.Event) error {
+		if strings.HasPrefix(ev.AggregateID(), "burst-") {
+			select {
+			case <-burstCommitted:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
 		if n := placed.Add(1); n <= 2 {
 			say("%s %s delivered %s after it was written", ev.Type(), ev.AggregateID(), time.Since(ev.OccurredAt()).Round(time.Microsecond))
 		}
@@ -115,9 +129,10 @@ func run(ctx context.Context) error {
 
 	// The pipeline: a small hot queue so that the burst below overflows.
 	metrics := &counters{}
+	const hotQueueSize, workers, burst = 5, 2, 40
 	d, err := dispatch.New(dispatch.Config{
 		Store: store, DB: db, Registry: reg, Metrics: metrics,
-		HotQueueSize: 5, Workers: 2,
+		HotQueueSize: hotQueueSize, Workers: workers,
 		Retry: core.ExponentialBackoff{Base: 100 * time.Millisecond, Max: time.Second},
 	})
 	if err != nil {
@@ -181,9 +196,10 @@ func run(ctx context.Context) error {
 	if err := placeOrder(ctx, "order-2", 990, false, orderShipped); err != nil {
 		return err
 	}
-	fmt.Println("4. a burst of 40 orders in one transaction: more than the hot queue (5) holds")
+	fmt.Printf("4. a burst of %d orders in one transaction while the listener is slow: more than the %d busy workers and the hot queue (%d) hold\n",
+		burst, workers, hotQueueSize)
 	err = txm.Do(ctx, func(ctx context.Context) error {
-		for i := range 40 {
+		for i := range burst {
 			// Joins the outer transaction: one COMMIT for all 40.
 			if err := placeOrder(ctx, fmt.Sprintf("burst-%02d", i), 10*i, false, orderPlaced); err != nil {
 				return err
@@ -191,6 +207,7 @@ func run(ctx context.Context) error {
 		}
 		return nil
 	})
+	close(burstCommitted)
 	if err != nil {
 		return err
 	}
@@ -223,6 +240,10 @@ func run(ctx context.Context) error {
 		metrics.hot.Load(), metrics.dropped.Load())
 	fmt.Printf("   outcomes: %d done, %d retries scheduled, %d dead; %d OrderPlaced deliveries in all\n",
 		metrics.done.Load(), metrics.retried.Load(), metrics.dead.Load(), placed.Load())
+	// At most one event per worker left the hot queue before it was full.
+	if least := int64(burst - workers - hotQueueSize); metrics.dropped.Load() < least {
+		return fmt.Errorf("the burst overflowed %d events, want at least %d", metrics.dropped.Load(), least)
+	}
 	fmt.Println("6. the outbox table (burst rows left out):")
 	rows, err := db.QueryContext(ctx, `SELECT aggregate_id, event_type, status, attempts, COALESCE(last_error, '')
 		FROM outbox_event WHERE aggregate_id NOT LIKE 'burst-%' ORDER BY created_at, event_id`)

@@ -1,0 +1,7 @@
+package outbox
+
+// Exported for the tests of package outbox_test.
+var (
+	DispatchSet = dispatchSet
+	PollerSet   = pollerSet
+)

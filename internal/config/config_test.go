@@ -1,0 +1,87 @@
+package config_test
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/config"
+)
+
+func TestValidatorKeepsTheFirstBrokenRule(t *testing.T) {
+	t.Parallel()
+	v := config.Validator{Component: "thing config"}
+	v.Require("Store", true)
+	config.NonNegative(&v, "Size", 0)
+	if err := v.Err(); err != nil {
+		t.Fatalf("no rule broken, got %v", err)
+	}
+	v.Require("DB", false)
+	config.NonNegative(&v, "Timeout", -time.Second)
+	config.Owner(&v, strings.Repeat("o", core.MaxOwnerLen+1))
+	err := v.Err()
+	var ve *core.ValidationError
+	if !errors.Is(err, core.ErrInvalid) || !errors.As(err, &ve) {
+		t.Fatalf("err = %v, want a *core.ValidationError", err)
+	}
+	if ve.Field != "thing config" || ve.Reason != "DB is nil" {
+		t.Errorf("got %q: %q, want thing config: DB is nil", ve.Field, ve.Reason)
+	}
+}
+
+func TestValidatorRules(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name string
+		rule func(*config.Validator)
+		want string // "" when the rule holds
+	}{
+		{"negative int", func(v *config.Validator) { config.NonNegative(v, "N", -1) }, "N is negative"},
+		{"negative duration", func(v *config.Validator) { config.NonNegative(v, "D", -time.Nanosecond) }, "D is negative"},
+		{"zero", func(v *config.Validator) { config.NonNegative(v, "N", 0) }, ""},
+		{"owner at limit", func(v *config.Validator) { config.Owner(v, strings.Repeat("o", core.MaxOwnerLen)) }, ""},
+		{"owner over limit", func(v *config.Validator) { config.Owner(v, strings.Repeat("o", core.MaxOwnerLen+1)) }, "Owner is 129 bytes, more than 128"},
+		{"check", func(v *config.Validator) { v.Check(false, "A %d exceeds B %d", 2, 1) }, "A 2 exceeds B 1"},
+	} {
+		v := config.Validator{Component: "c"}
+		tt.rule(&v)
+		err := v.Err()
+		switch {
+		case tt.want == "" && err != nil:
+			t.Errorf("%s: %v, want nil", tt.name, err)
+		case tt.want != "" && (err == nil || !strings.HasSuffix(err.Error(), ": "+tt.want)):
+			t.Errorf("%s: %v, want one ending in %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestHasWriter(t *testing.T) {
+	// Not parallel: it reads zerolog's global settings, which other tests of
+	// this package do not change.
+	var buf bytes.Buffer
+	for _, tt := range []struct {
+		name string
+		l    zerolog.Logger
+		want bool
+	}{
+		{"zero", zerolog.Logger{}, false},
+		{"zero with context", zerolog.Logger{}.With().Str("k", "v").Logger(), false},
+		{"new", zerolog.New(&buf), true},
+		{"nop", zerolog.Nop(), true},
+		{"error level", zerolog.New(&buf).Level(zerolog.ErrorLevel), true},
+		{"disabled level", zerolog.New(&buf).Level(zerolog.Disabled), true},
+		{"sampled", zerolog.New(&buf).Sample(&zerolog.BasicSampler{N: 1000}), true},
+	} {
+		if got := config.HasWriter(tt.l); got != tt.want {
+			t.Errorf("%s: HasWriter = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if buf.Len() != 0 {
+		t.Errorf("HasWriter wrote %q", buf.String())
+	}
+}
