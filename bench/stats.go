@@ -69,7 +69,7 @@ type timedStore struct {
 
 func newTimedStore(st benchStore, cs *callStats) benchStore {
 	ts := &timedStore{benchStore: st, claims: &cs.claims, done: &cs.done, marks: &cs.marks}
-	if bm, ok := st.(core.BatchMarker); ok {
+	if bm, ok := core.StoreAs[core.BatchMarker](st); ok {
 		ts.bm = bm
 		return &timedBatchStore{ts}
 	}
@@ -104,7 +104,8 @@ func (s *timedBatchStore) MarkDoneBatch(ctx context.Context, db core.DBTX, owner
 // it) as a DONE batch: it is what -delete-delivered writes instead.
 func (s *timedBatchStore) DeleteDoneBatch(ctx context.Context, db core.DBTX, owner string, ids []string) (int64, error) {
 	t := time.Now()
-	n, err := s.benchStore.(core.DoneDeleter).DeleteDoneBatch(ctx, db, owner, ids)
+	dd, _ := core.StoreAs[core.DoneDeleter](s.benchStore)
+	n, err := dd.DeleteDoneBatch(ctx, db, owner, ids)
 	s.done.add(time.Since(t), len(ids), err)
 	return n, err
 }

@@ -154,7 +154,7 @@ func (c Config) withDefaults() (Config, error) {
 	case c.DoneBatchLinger < 0:
 		return c, invalid("DoneBatchLinger is negative")
 	}
-	if _, ok := c.Store.(core.DoneDeleter); c.DeleteDelivered && !ok {
+	if _, ok := core.StoreAs[core.DoneDeleter](c.Store); c.DeleteDelivered && !ok {
 		return c, invalid("DeleteDelivered is set but Store %T does not implement core.DoneDeleter", c.Store)
 	}
 	for i, ic := range c.Interceptors {

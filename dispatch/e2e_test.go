@@ -167,8 +167,8 @@ func TestE2ERollbackDeliversNothing(t *testing.T) {
 		if c := rec.Count(rolledBack.ID()); c != 0 {
 			t.Errorf("rolled-back event delivered %d times", c)
 		}
-		if _, err := tg.Store.Get(context.Background(), tg.DB, rolledBack.ID()); !errors.Is(err, sql.ErrNoRows) {
-			t.Errorf("rolled-back row: %v, want sql.ErrNoRows", err)
+		if _, err := tg.Store.Get(context.Background(), tg.DB, rolledBack.ID()); !errors.Is(err, core.ErrNotFound) {
+			t.Errorf("rolled-back row: %v, want core.ErrNotFound", err)
 		}
 	})
 }

@@ -165,7 +165,7 @@ func TestSamplerConfig(t *testing.T) {
 
 func inspector(t *testing.T, tg testdb.Target) core.Inspector {
 	t.Helper()
-	insp, ok := tg.Store.(core.Inspector)
+	insp, ok := core.StoreAs[core.Inspector](tg.Store)
 	if !ok {
 		t.Fatalf("%T does not implement core.Inspector", tg.Store)
 	}

@@ -337,7 +337,7 @@ func (s *Store) Get(ctx context.Context, db core.DBTX, id string) (core.Event, e
 	case len(bad) > 0:
 		return core.Event{}, bad[0]
 	case len(events) == 0:
-		return core.Event{}, fmt.Errorf("get event %s: %w", id, sql.ErrNoRows)
+		return core.Event{}, fmt.Errorf("get event %s: %w", id, notFound{})
 	}
 	return events[0], nil
 }
@@ -731,3 +731,11 @@ var (
 	_ core.Store       = (*Store)(nil)
 	_ core.BatchMarker = (*Store)(nil)
 )
+
+// notFound is the error of Get for a missing row. It matches
+// core.ErrNotFound and, for callers written before that existed,
+// sql.ErrNoRows.
+type notFound struct{}
+
+func (notFound) Error() string   { return core.ErrNotFound.Error() }
+func (notFound) Unwrap() []error { return []error{core.ErrNotFound, sql.ErrNoRows} }

@@ -12,7 +12,7 @@ import (
 // fenced by owner like MarkDone, terminal rows never moved, unknown and
 // repeated ids harmless, and lists longer than one statement's chunk.
 func testMarkDoneBatch(t *testing.T, tg testdb.Target) {
-	bm, ok := tg.Store.(core.BatchMarker)
+	bm, ok := core.StoreAs[core.BatchMarker](tg.Store)
 	if !ok {
 		t.Skipf("%T does not implement core.BatchMarker", tg.Store)
 	}
@@ -97,7 +97,7 @@ func newBatchFixture(t *testing.T, tg testdb.Target, prefix string) batchFixture
 // one call, fenced by owner like MarkDoneBatch, terminal rows never touched,
 // unknown and repeated ids harmless, lists longer than one statement's chunk.
 func testDeleteDoneBatch(t *testing.T, tg testdb.Target) {
-	dd, ok := tg.Store.(core.DoneDeleter)
+	dd, ok := core.StoreAs[core.DoneDeleter](tg.Store)
 	if !ok {
 		t.Skipf("%T does not implement core.DoneDeleter", tg.Store)
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 func testStats(t *testing.T, tg testdb.Target) {
-	insp, ok := tg.Store.(core.Inspector)
+	insp, ok := core.StoreAs[core.Inspector](tg.Store)
 	if !ok {
 		t.Fatalf("%T does not implement core.Inspector", tg.Store)
 	}

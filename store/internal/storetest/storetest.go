@@ -6,7 +6,6 @@ package storetest
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -178,8 +177,8 @@ func testInsertAndGet(t *testing.T, tg testdb.Target) {
 	if g := get(t, tg, "ins-2"); g.AggregateType() != core.GlobalAggregateName || g.AggregateID() != "" || g.Headers() != nil {
 		t.Errorf("defaults: agg=%q id=%q headers=%v", g.AggregateType(), g.AggregateID(), g.Headers())
 	}
-	if _, err := tg.Store.Get(ctx(t), tg.DB, "missing"); !errors.Is(err, sql.ErrNoRows) {
-		t.Errorf("get missing: err = %v, want sql.ErrNoRows", err)
+	if _, err := tg.Store.Get(ctx(t), tg.DB, "missing"); !errors.Is(err, core.ErrNotFound) {
+		t.Errorf("get missing: err = %v, want core.ErrNotFound", err)
 	}
 }
 
