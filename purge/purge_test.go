@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testdb"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

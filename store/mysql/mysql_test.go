@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testdb"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/store/internal/storetest"
 	"github.com/outboxkit/outbox/store/mysql"
 )
@@ -50,7 +50,7 @@ func TestSchemaQualifiedTableAndLeaseIndex(t *testing.T) {
 	}
 	skip, limit := newStore(mysql.ClaimSkipLocked), newStore(mysql.ClaimUpdateLimit)
 	t.Cleanup(func() {
-		if err := skip.DropSchema(context.WithoutCancel(ctx), tg.DB); err != nil {
+		if err := testdb.DropTable(context.WithoutCancel(ctx), tg.DB, skip); err != nil {
 			t.Errorf("drop: %v", err)
 		}
 	})

@@ -7,8 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/outbox/internal/testdb"
-	"github.com/outboxkit/outbox/store/internal/sqlstore"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/store/internal/storetest"
 	"github.com/outboxkit/outbox/store/mysql"
 )
@@ -30,7 +29,7 @@ func TestPlans(t *testing.T) {
 			st := tg.Store.(*mysql.Store)
 			want := map[string]string{"claim": "_lane", "claim-read-back": "_lease", "dead": "_lane",
 				"count-dead": "_lane", "replay-dead": "_lane", "purge": "_lane"}
-			for _, stmt := range sqlstore.PlanStatements(st.Store, time.Now()) {
+			for _, stmt := range mysql.PlanStatements(st, time.Now()) {
 				plan := explain(t, tg.DB, stmt.SQL, stmt.Args...)
 				if len(plan) != 1 {
 					t.Fatalf("%s: want one plan row, got %v", stmt.Name, plan)

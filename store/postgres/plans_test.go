@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/outbox/internal/testdb"
-	"github.com/outboxkit/outbox/store/internal/sqlstore"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/store/internal/storetest"
 	"github.com/outboxkit/outbox/store/postgres"
 )
@@ -34,7 +33,7 @@ func TestPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	for i, stmt := range sqlstore.PlanStatements(st.Store, time.Now()) {
+	for i, stmt := range postgres.PlanStatements(st, time.Now()) {
 		custom := explain(t, conn, "EXPLAIN "+stmt.SQL, stmt.Args...)
 		name := fmt.Sprintf("plan_%d", i)
 		if _, err := conn.ExecContext(ctx, "PREPARE "+name+" AS "+stmt.SQL); err != nil {

@@ -89,15 +89,6 @@ func (s *Store) CreateSchema(ctx context.Context, db core.DBTX) error {
 	return nil
 }
 
-// DropSchema drops the table (and with it its indexes) if it exists. It is
-// meant for tests and tooling; it deletes every event.
-func (s *Store) DropSchema(ctx context.Context, db core.DBTX) error {
-	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+s.qt); err != nil {
-		return fmt.Errorf("drop schema: %w", err)
-	}
-	return nil
-}
-
 func (s *Store) ts(t time.Time) any { return s.d.EncodeTime(t.UTC().Truncate(time.Microsecond)) }
 
 // wrap translates driver errors at the store boundary.

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testdb"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 )
 
 // testMarkDoneBatch checks core.BatchMarker: many rows DONE in one call,

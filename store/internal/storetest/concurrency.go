@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testdb"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 )
 
 // RunConcurrency runs the multi-process claim checks on a server database:

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testdb"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 )
 
 // testInsertAtomic: a batch written in several statements is all or

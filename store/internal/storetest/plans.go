@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testdb"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 )
 
 // PlanRowsEnv overrides the number of rows FillForPlans inserts, for the

@@ -17,12 +17,15 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/store"
 	"github.com/outboxkit/outbox/store/mysql"
 	"github.com/outboxkit/outbox/store/postgres"
 	"github.com/outboxkit/outbox/store/sqlite"
@@ -42,12 +45,26 @@ type Target struct {
 	NewStore func(table string) (Store, error)
 }
 
-// Store is a core.Store that can also manage its own schema.
-type Store interface {
-	core.Store
-	CreateSchema(ctx context.Context, db core.DBTX) error
-	DropSchema(ctx context.Context, db core.DBTX) error
-	Table() string
+// Store is a store that manages its own table, as every store of this
+// module does.
+type Store = store.SchemaManager
+
+// DropTable drops the table of st (and with it its indexes) if it exists.
+// It deletes every event: it is for tests, benchmarks and the reliability
+// suite, which is why the stores do not offer it.
+func DropTable(ctx context.Context, db core.DBTX, st Store) error {
+	quote := func(id string) string { return `"` + id + `"` }
+	if _, ok := core.StoreAs[*mysql.Store](st); ok {
+		quote = func(id string) string { return "`" + id + "`" }
+	}
+	parts := strings.Split(st.Table(), ".")
+	for i, p := range parts {
+		parts[i] = quote(p)
+	}
+	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+strings.Join(parts, ".")); err != nil {
+		return fmt.Errorf("drop table %s: %w", st.Table(), err)
+	}
+	return nil
 }
 
 // Dialects lists the dialect names ForEach runs, in order.
@@ -114,7 +131,7 @@ func prepare(t testing.TB, tg Target) Target {
 	t.Cleanup(func() {
 		ctx, cancel := cleanupCtx()
 		defer cancel()
-		if err := tg.Store.DropSchema(ctx, tg.DB); err != nil {
+		if err := DropTable(ctx, tg.DB, tg.Store); err != nil {
 			t.Errorf("testdb: drop %s: %v", tg.Table, err)
 		}
 	})
