@@ -7,24 +7,15 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
-	"github.com/outboxkit/outbox/store/internal/storetest"
 	"github.com/outboxkit/outbox/store/mysql"
+	"github.com/outboxkit/outbox/store/storetest"
 )
 
 func TestConformance(t *testing.T) {
 	for _, claim := range []mysql.ClaimStrategy{mysql.ClaimSkipLocked, mysql.ClaimUpdateLimit} {
 		t.Run(claim.String(), func(t *testing.T) {
 			t.Parallel()
-			storetest.Run(t, testdb.MySQLWith(mysql.Config{Claim: claim}))
-		})
-	}
-}
-
-func TestConcurrency(t *testing.T) {
-	for _, claim := range []mysql.ClaimStrategy{mysql.ClaimSkipLocked, mysql.ClaimUpdateLimit} {
-		t.Run(claim.String(), func(t *testing.T) {
-			t.Parallel()
-			storetest.RunConcurrency(t, testdb.MySQLWith(mysql.Config{Claim: claim}))
+			storetest.Run(t, testdb.Conformance("mysql", mysql.Config{Claim: claim}))
 		})
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
-	"github.com/outboxkit/outbox/store/internal/storetest"
 	"github.com/outboxkit/outbox/store/mysql"
+	"github.com/outboxkit/outbox/store/storetest"
 )
 
 // TestPlans checks, on a filled and analyzed table, that each statement that
@@ -22,7 +22,7 @@ func TestPlans(t *testing.T) {
 			t.Parallel()
 			tg := testdb.MySQLWith(mysql.Config{Claim: claim})(t)
 			ctx := context.Background()
-			n := storetest.FillForPlans(t, tg, 30000)
+			n := storetest.FillForPlans(t, tg.Suite(), 30000)
 			if _, err := tg.DB.ExecContext(ctx, "ANALYZE TABLE "+tg.Table); err != nil {
 				t.Fatal(err)
 			}

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
-	"github.com/outboxkit/outbox/store/internal/storetest"
 	"github.com/outboxkit/outbox/store/postgres"
+	"github.com/outboxkit/outbox/store/storetest"
 )
 
 // TestPlans checks, on a filled and analyzed table, that the claim, the dead
@@ -22,7 +22,7 @@ func TestPlans(t *testing.T) {
 	t.Parallel()
 	tg := testdb.Postgres(t)
 	ctx := context.Background()
-	n := storetest.FillForPlans(t, tg, 30000)
+	n := storetest.FillForPlans(t, tg.Suite(), 30000)
 	if _, err := tg.DB.ExecContext(ctx, "ANALYZE "+tg.Table); err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/outboxkit/outbox/store/mysql"
 	"github.com/outboxkit/outbox/store/postgres"
 	"github.com/outboxkit/outbox/store/sqlite"
+	"github.com/outboxkit/outbox/store/storetest"
 )
 
 // Target is one database with a fresh outbox table.
@@ -65,6 +66,29 @@ func DropTable(ctx context.Context, db core.DBTX, st Store) error {
 		return fmt.Errorf("drop table %s: %w", st.Table(), err)
 	}
 	return nil
+}
+
+// Suite returns tg as the conformance suite's target.
+func (tg Target) Suite() storetest.Target {
+	return storetest.Target{DB: tg.DB, Store: tg.Store, Table: tg.Table, Reopen: tg.Reopen}
+}
+
+// Conformance returns the conformance suite's configuration for dialect's
+// targets, its MySQL stores built with mysqlCfg (ignored by the other
+// dialects). The server dialects get the checks of concurrent pools.
+func Conformance(dialect string, mysqlCfg mysql.Config) storetest.Config {
+	newStore := storeFactory(dialect, mysqlCfg)
+	return storetest.Config{
+		NewTarget: func(t testing.TB) storetest.Target {
+			t.Helper()
+			if dialect == "mysql" {
+				return MySQLWith(mysqlCfg)(t).Suite()
+			}
+			return Open(t, dialect).Suite()
+		},
+		NewStore: func(table string) (core.Store, error) { return newStore(table) },
+		Server:   dialect != "sqlite",
+	}
 }
 
 // Dialects lists the dialect names ForEach runs, in order.
@@ -151,8 +175,7 @@ func SQLite(t testing.TB) Target {
 		t.Cleanup(func() { _ = db.Close() })
 		return db
 	}
-	newStore := func(table string) (Store, error) { return asStore(sqlite.New(sqlite.Config{Table: table})) }
-	return newTarget(t, "sqlite", open, newStore)
+	return newTarget(t, "sqlite", open, storeFactory("sqlite", mysql.Config{}))
 }
 
 // Environment variables naming the servers, and the DSNs that work on a
@@ -198,8 +221,7 @@ func server(t testing.TB, name, env, example string, open func(dsn string) (*sql
 func Postgres(t testing.TB) Target {
 	t.Helper()
 	open := server(t, "PostgreSQL", PostgresEnv, examplePostgresDSN, postgres.Open)
-	newStore := func(table string) (Store, error) { return asStore(postgres.New(postgres.Config{Table: table})) }
-	return newTarget(t, "postgres", open, newStore)
+	return newTarget(t, "postgres", open, storeFactory("postgres", mysql.Config{}))
 }
 
 // MySQL returns a target on OUTBOX_MYSQL_DSN with the default claim
@@ -216,13 +238,26 @@ func MySQLWith(cfg mysql.Config) func(t testing.TB) Target {
 	return func(t testing.TB) Target {
 		t.Helper()
 		open := server(t, "MySQL", MySQLEnv, exampleMySQLDSN, mysql.Open)
-		newStore := func(table string) (Store, error) {
-			c := cfg
+		return newTarget(t, "mysql", open, storeFactory("mysql", cfg))
+	}
+}
+
+// storeFactory returns the constructor of dialect's stores, which builds
+// MySQL stores with mysqlCfg and the given table.
+func storeFactory(dialect string, mysqlCfg mysql.Config) func(table string) (Store, error) {
+	switch dialect {
+	case "sqlite":
+		return func(table string) (Store, error) { return asStore(sqlite.New(sqlite.Config{Table: table})) }
+	case "postgres":
+		return func(table string) (Store, error) { return asStore(postgres.New(postgres.Config{Table: table})) }
+	case "mysql":
+		return func(table string) (Store, error) {
+			c := mysqlCfg
 			c.Table = table
 			return asStore(mysql.New(c))
 		}
-		return newTarget(t, "mysql", open, newStore)
 	}
+	panic("testdb: unknown dialect " + dialect)
 }
 
 // asStore returns s as a Store, and a nil interface (not a typed nil) with

@@ -5,10 +5,14 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 )
 
-func testStats(t *testing.T, tg testdb.Target) {
+// statsTests check the statistics for operations tooling (core.Inspector).
+var statsTests = []test{
+	{"Stats", testStats},
+}
+
+func testStats(t *testing.T, tg Target) {
 	insp, ok := core.StoreAs[core.Inspector](tg.Store)
 	if !ok {
 		t.Fatalf("%T does not implement core.Inspector", tg.Store)
