@@ -8,36 +8,26 @@
 // store/postgres, TiDB through store/mysql), to know that the outbox works
 // there.
 //
-// Run needs a fresh, empty outbox table per test; the tests run in parallel:
+// Run needs a fresh, empty outbox table per test (the tests run in
+// parallel), a pool on the database and a way to open another pool;
+// example_test.go runs it on SQLite as a user of the package would. On
+// PostgreSQL, say:
 //
-//	func TestMyStore(t *testing.T) {
-//		dsn := os.Getenv("MY_DSN")
-//		if dsn == "" {
-//			t.Skip("set MY_DSN")
-//		}
-//		db, err := postgres.Open(dsn)
-//		if err != nil {
-//			t.Fatal(err)
-//		}
-//		t.Cleanup(func() { db.Close() })
-//		newStore := func(table string) (core.Store, error) { return postgres.New(postgres.Config{Table: table}) }
-//		var n atomic.Int64 // tests run in parallel, each on a table of its own
-//		storetest.Run(t, storetest.Config{
-//			NewTarget: func(t testing.TB) storetest.Target {
-//				st, err := postgres.New(postgres.Config{Table: fmt.Sprintf("outbox_test_%d_%d", os.Getpid(), n.Add(1))})
-//				if err != nil {
-//					t.Fatal(err)
-//				}
-//				if err := st.CreateSchema(context.Background(), db); err != nil {
-//					t.Fatal(err)
-//				}
-//				t.Cleanup(func() { db.Exec("DROP TABLE " + st.Table()) })
-//				return storetest.Target{DB: db, Store: st, Table: st.Table()}
-//			},
-//			NewStore: newStore,
-//			Server:   true,
-//		})
-//	}
+//	storetest.Run(t, storetest.Config{
+//		NewTarget: func(t testing.TB) storetest.Target {
+//			st, err := postgres.New(postgres.Config{Table: fmt.Sprintf("outbox_t%d", n.Add(1))})
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			if err := st.CreateSchema(context.Background(), db); err != nil {
+//				t.Fatal(err)
+//			}
+//			t.Cleanup(func() { db.Exec("DROP TABLE " + st.Table()) })
+//			return storetest.Target{DB: db, Store: st, Table: st.Table(), Reopen: openPool}
+//		},
+//		NewStore: func(table string) (core.Store, error) { return postgres.New(postgres.Config{Table: table}) },
+//		Server:   true,
+//	})
 package storetest
 
 import (
@@ -62,8 +52,8 @@ type Target struct {
 	// if the database needs that. Required.
 	Table string
 	// Reopen returns a new, independent pool on the same database, as a
-	// second process has; Reopen closes it when t ends. Required with
-	// Config.Server.
+	// second process has, and closes it when t ends: claimers on separate
+	// pools must never share a row. Required.
 	Reopen func(t testing.TB) *sql.DB
 }
 
@@ -78,10 +68,10 @@ type Config struct {
 	// creating nothing. The suite checks with it that bad table names are
 	// refused with core.ErrInvalid. Nil skips that check.
 	NewStore func(table string) (core.Store, error)
-	// Server: the database serves several processes writing at once (a
-	// database server, not an embedded file database with one writer).
-	// Run then adds the checks of concurrent claimers on separate pools
-	// (Target.Reopen), which drain 10,000 rows.
+	// Server: the database serves many writers at once (a database server,
+	// not an embedded file database with one writer). Run then adds the
+	// heavier checks of concurrent claimers on separate pools, which drain
+	// 10,000 rows and reclaim abandoned leases.
 	Server bool
 }
 
@@ -108,9 +98,20 @@ func Run(t *testing.T, cfg Config) {
 	for _, tc := range all {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.fn(t, cfg.NewTarget(t))
+			tc.fn(t, newTarget(t, cfg))
 		})
 	}
+}
+
+// newTarget returns a target of cfg, checked: a missing field would
+// otherwise show as a nil dereference deep in a test.
+func newTarget(t *testing.T, cfg Config) Target {
+	t.Helper()
+	tg := cfg.NewTarget(t)
+	if tg.DB == nil || tg.Store == nil || tg.Table == "" || tg.Reopen == nil {
+		t.Fatalf("storetest: NewTarget returned a Target without DB, Store, Table or Reopen: %+v", tg)
+	}
+	return tg
 }
 
 // base is a fixed point three days in the past, so tests control every
