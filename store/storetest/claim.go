@@ -2,9 +2,7 @@ package storetest
 
 import (
 	"errors"
-	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -135,49 +133,10 @@ func testUndecodable(t *testing.T, tg Target) {
 }
 
 func testConcurrentClaimers(t *testing.T, tg Target) {
-	const n, claimers, batch = 2000, 4, 25
+	const n, claimerCount, batch = 2000, 4, 25
 	seq(t, tg, "cc", n)
-	var (
-		mu   sync.Mutex
-		seen = map[string]string{}
-		dups []error
-		wg   sync.WaitGroup
-		errs = make(chan error, claimers)
-	)
-	now := time.Now()
-	for i := range claimers {
-		db := tg.Reopen(t) // a separate pool, as another process has
-		who := fmt.Sprintf("claimer-%d", i)
-		wg.Go(func() {
-			for {
-				evs, _, err := tg.Store.Claim(ctx(t), db, core.ClaimParams{Owner: who, Now: now, LeaseTimeout: time.Hour, Limit: batch})
-				if err != nil {
-					errs <- fmt.Errorf("%s: %w", who, err)
-					return
-				}
-				if len(evs) == 0 {
-					return
-				}
-				mu.Lock()
-				for _, e := range evs {
-					if prev, dup := seen[e.ID()]; dup {
-						dups = append(dups, fmt.Errorf("%s claimed by %s and %s", e.ID(), prev, who))
-					}
-					seen[e.ID()] = who
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	for _, err := range dups {
-		t.Error(err)
-	}
-	if len(seen) != n {
+	p := core.ClaimParams{Owner: "cc", Now: time.Now(), LeaseTimeout: time.Hour}
+	if seen := claimers(t, tg, claimerCount, batch, p, nil); len(seen) != n {
 		t.Fatalf("claimed %d distinct events, want %d", len(seen), n)
 	}
 }
