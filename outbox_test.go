@@ -15,7 +15,7 @@ import (
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
-	"github.com/outboxkit/outbox/internal/testdb"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/poller"
 	"github.com/outboxkit/outbox/purge"
 )

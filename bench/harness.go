@@ -18,7 +18,9 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/poller"
+	"github.com/outboxkit/outbox/store"
 	"github.com/outboxkit/outbox/txctx"
 )
 
@@ -178,7 +180,7 @@ type instance struct {
 	m   *metrics
 }
 
-func startInstance(ctx context.Context, cfg *config, st benchStore, db *sql.DB, l core.Listener) (*instance, error) {
+func startInstance(ctx context.Context, cfg *config, st store.SchemaManager, db *sql.DB, l core.Listener) (*instance, error) {
 	reg := core.NewRegistry()
 	if err := reg.Register(orderAgg, orderPlaced, l); err != nil {
 		return nil, err
@@ -230,7 +232,7 @@ func (in *instance) close(ctx context.Context) error {
 
 // table is a fresh outbox table, dropped by drop.
 type table struct {
-	st benchStore
+	st store.SchemaManager
 	tg *target
 	db *sql.DB
 }
@@ -249,7 +251,7 @@ func newTable(ctx context.Context, tg *target, db *sql.DB, kind string) (*table,
 func (t *table) drop(ctx context.Context) {
 	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if err := t.st.DropSchema(c, t.db); err != nil {
+	if err := testdb.DropTable(c, t.db, t.st); err != nil {
 		fmt.Fprintf(os.Stderr, "bench: drop %s: %v\n", t.st.Table(), err)
 	}
 }

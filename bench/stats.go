@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/store"
 )
 
 // opStats collects the durations and sizes of one kind of store call.
@@ -62,14 +63,14 @@ func (cs *callStats) String() string {
 // timedStore is the store under test with its claims and DONE writes timed,
 // so that a run can say where its time went.
 type timedStore struct {
-	benchStore
+	store.SchemaManager
 	bm                  core.BatchMarker
 	claims, done, marks *opStats
 }
 
-func newTimedStore(st benchStore, cs *callStats) benchStore {
-	ts := &timedStore{benchStore: st, claims: &cs.claims, done: &cs.done, marks: &cs.marks}
-	if bm, ok := st.(core.BatchMarker); ok {
+func newTimedStore(st store.SchemaManager, cs *callStats) store.SchemaManager {
+	ts := &timedStore{SchemaManager: st, claims: &cs.claims, done: &cs.done, marks: &cs.marks}
+	if bm, ok := core.StoreAs[core.BatchMarker](st); ok {
 		ts.bm = bm
 		return &timedBatchStore{ts}
 	}
@@ -78,14 +79,14 @@ func newTimedStore(st benchStore, cs *callStats) benchStore {
 
 func (s *timedStore) Claim(ctx context.Context, db core.DBTX, p core.ClaimParams) ([]core.Event, []core.RowError, error) {
 	t := time.Now()
-	evs, bad, err := s.benchStore.Claim(ctx, db, p)
+	evs, bad, err := s.SchemaManager.Claim(ctx, db, p)
 	s.claims.add(time.Since(t), len(evs)+len(bad), err)
 	return evs, bad, err
 }
 
 func (s *timedStore) MarkDone(ctx context.Context, db core.DBTX, owner, id string, now time.Time) (bool, error) {
 	t := time.Now()
-	ok, err := s.benchStore.MarkDone(ctx, db, owner, id, now)
+	ok, err := s.SchemaManager.MarkDone(ctx, db, owner, id, now)
 	s.marks.add(time.Since(t), 1, err)
 	return ok, err
 }
@@ -104,7 +105,8 @@ func (s *timedBatchStore) MarkDoneBatch(ctx context.Context, db core.DBTX, owner
 // it) as a DONE batch: it is what -delete-delivered writes instead.
 func (s *timedBatchStore) DeleteDoneBatch(ctx context.Context, db core.DBTX, owner string, ids []string) (int64, error) {
 	t := time.Now()
-	n, err := s.benchStore.(core.DoneDeleter).DeleteDoneBatch(ctx, db, owner, ids)
+	dd, _ := core.StoreAs[core.DoneDeleter](s.SchemaManager)
+	n, err := dd.DeleteDoneBatch(ctx, db, owner, ids)
 	s.done.add(time.Since(t), len(ids), err)
 	return n, err
 }

@@ -12,19 +12,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/store"
 	"github.com/outboxkit/outbox/store/mysql"
 	"github.com/outboxkit/outbox/store/postgres"
 	"github.com/outboxkit/outbox/store/sqlite"
 )
-
-// benchStore is a store that manages its own schema, as every store here does.
-type benchStore interface {
-	core.Store
-	CreateSchema(ctx context.Context, db core.DBTX) error
-	DropSchema(ctx context.Context, db core.DBTX) error
-	Table() string
-}
 
 // target is one database the workloads run on.
 type target struct {
@@ -32,7 +24,7 @@ type target struct {
 	// open returns a new pool, as a separate process would have; conns caps
 	// its connections (ignored by SQLite, whose pool has one).
 	open     func(conns int) (*sql.DB, error)
-	newStore func(table string) (benchStore, error)
+	newStore func(table string) (store.SchemaManager, error)
 	// pending is the condition selecting NEW and RETRY rows that the
 	// dialect's claim index serves.
 	pending string
@@ -99,7 +91,7 @@ func targets(list string) ([]*target, error) {
 					db, err := postgres.Open(dsn)
 					return pooled(db, conns), err
 				},
-				newStore: func(table string) (benchStore, error) { return postgres.New(postgres.Config{Table: table}) },
+				newStore: func(table string) (store.SchemaManager, error) { return postgres.New(postgres.Config{Table: table}) },
 				pending:  "status IN (0, 2)", numbered: true,
 				encodeTime: func(t time.Time) any { return utcMicro(t) },
 				analyze:    "ANALYZE %s",
@@ -116,7 +108,7 @@ func targets(list string) ([]*target, error) {
 					db, err := mysql.Open(dsn)
 					return pooled(db, conns), err
 				},
-				newStore:   func(table string) (benchStore, error) { return mysql.New(mysql.Config{Table: table}) },
+				newStore:   func(table string) (store.SchemaManager, error) { return mysql.New(mysql.Config{Table: table}) },
 				pending:    "lane = 0",
 				encodeTime: func(t time.Time) any { return utcMicro(t) },
 				analyze:    "ANALYZE TABLE %s",
@@ -146,7 +138,7 @@ func sqliteTarget() (*target, error) {
 	return &target{
 		name:       "sqlite",
 		open:       func(int) (*sql.DB, error) { return sqlite.Open(path) },
-		newStore:   func(table string) (benchStore, error) { return sqlite.New(sqlite.Config{Table: table}) },
+		newStore:   func(table string) (store.SchemaManager, error) { return sqlite.New(sqlite.Config{Table: table}) },
 		pending:    "status IN (0, 2)",
 		encodeTime: func(t time.Time) any { return t.UTC().Format(sqliteTimeFormat) },
 		cleanup:    func() { _ = os.RemoveAll(dir) },

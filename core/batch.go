@@ -6,14 +6,15 @@ import (
 )
 
 // BatchMarker is an optional capability of a Store: recording many
-// deliveries in one statement. The dispatcher detects it by type assertion
-// and, when the store has it, writes the DONE outcomes of its workers in
-// batches instead of one statement (and one commit) per event, so that
-// marking events done does not double the write load of the database.
+// deliveries in one statement. When the store has it, the dispatcher writes
+// the DONE outcomes of its workers in batches instead of one statement (and
+// one commit) per event, so that marking events done does not double the
+// write load of the database.
 //
 // It is a separate interface, not a method of Store, so that stores (and
 // test fakes) without it keep working: the dispatcher then calls MarkDone
-// per event.
+// per event. The dispatcher finds it with StoreAs, so that it survives a
+// wrapper that implements StoreUnwrapper.
 type BatchMarker interface {
 	// MarkDoneBatch records the delivery of ids, all leased by owner, with
 	// done_at = now, and returns how many rows it changed. It is fenced as

@@ -17,6 +17,11 @@ var (
 	// transaction. Events must be written inside the business transaction.
 	ErrNoTransaction = errors.New("outbox: no transaction in context")
 
+	// ErrNotFound is returned by Store.Get when no row has the event id.
+	// The stores of this module also match sql.ErrNoRows, which Get returned
+	// before ErrNotFound existed.
+	ErrNotFound = errors.New("outbox: event not found")
+
 	// ErrDuplicateEvent is returned when an event_id already exists in the table.
 	ErrDuplicateEvent = errors.New("outbox: duplicate event id")
 

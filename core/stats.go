@@ -19,7 +19,7 @@ type Stats struct {
 
 // Inspector is implemented by stores that can describe their table for
 // operations tooling: the Prometheus sampler and outboxctl. All SQL stores of
-// this module implement it; detect it by type assertion.
+// this module implement it; find it with StoreAs.
 type Inspector interface {
 	// Stats counts the rows by state and finds the oldest pending one.
 	Stats(ctx context.Context, db DBTX) (Stats, error)

@@ -63,6 +63,23 @@ type DeadFilter struct {
 // method takes the handle to run on. Write-backs after a claim are fenced by
 // the owner token: they change nothing (and report false) when the row is no
 // longer leased by that owner, and they never move a terminal row.
+//
+// # Optional capabilities and wrappers
+//
+// A store may offer more than this interface: BatchMarker (DONE writes in
+// batches), DoneDeleter (delete delivered events) and Inspector (counts for
+// operations tooling). The library finds them with StoreAs, never with a
+// plain type assertion. A store that wraps another, for instance to add
+// metrics or tracing by embedding Store, implements StoreUnwrapper
+// (Unwrap() Store) so that the capabilities of the store it wraps stay
+// visible:
+//
+//	type timedStore struct{ core.Store }
+//
+//	func (s timedStore) Unwrap() core.Store { return s.Store }
+//
+// Without Unwrap such a wrapper hides them: the dispatcher then marks events
+// DONE one statement at a time and refuses DeleteDelivered.
 type Store interface {
 	// Insert writes envs as NEW rows in one or more multi-row statements. A
 	// duplicate event id returns an error matching ErrDuplicateEvent.
@@ -85,8 +102,8 @@ type Store interface {
 	// MarkDead records a final failure: attempts+1, DEAD.
 	MarkDead(ctx context.Context, db DBTX, owner, id string, now time.Time, lastErr string) (bool, error)
 
-	// Get returns one event by id, whatever its status; sql.ErrNoRows wrapped
-	// when it does not exist.
+	// Get returns one event by id, whatever its status; an error matching
+	// ErrNotFound when it does not exist.
 	Get(ctx context.Context, db DBTX, id string) (Event, error)
 
 	DeadStore

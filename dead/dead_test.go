@@ -10,7 +10,7 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dead"
-	"github.com/outboxkit/outbox/internal/testdb"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 )
 
 var base = time.Now().UTC().Add(-time.Hour).Truncate(time.Second)

@@ -134,7 +134,7 @@ func (c Config) validate() error {
 	config.NonNegative(&v, "DoneBatchSize", c.DoneBatchSize)
 	config.NonNegative(&v, "DoneBatchLinger", c.DoneBatchLinger)
 	if c.DeleteDelivered {
-		_, ok := c.Store.(core.DoneDeleter)
+		_, ok := core.StoreAs[core.DoneDeleter](c.Store)
 		v.Check(ok, "DeleteDelivered is set but Store %T does not implement core.DoneDeleter", c.Store)
 	}
 	for i, ic := range c.Interceptors {

@@ -80,9 +80,9 @@ func New(cfg Config) (*Dispatcher, error) {
 	if !cfg.NoYieldAfterCommit {
 		d.yield = runtime.Gosched
 	}
-	switch bm, ok := cfg.Store.(core.BatchMarker); {
+	switch bm, ok := core.StoreAs[core.BatchMarker](cfg.Store); {
 	case cfg.DeleteDelivered:
-		dd := cfg.Store.(core.DoneDeleter) // checked by withDefaults
+		dd, _ := core.StoreAs[core.DoneDeleter](cfg.Store) // checked by withDefaults
 		d.batch = newDoneBatcher(d, "delete", func(ctx context.Context, owner string, ids []string, _ time.Time) (int64, error) {
 			return dd.DeleteDoneBatch(ctx, cfg.DB, owner, ids)
 		})

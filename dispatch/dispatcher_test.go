@@ -14,7 +14,7 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
-	"github.com/outboxkit/outbox/internal/testnode"
+	"github.com/outboxkit/outbox/internal/testsupport/testnode"
 )
 
 func TestMain(m *testing.M) {

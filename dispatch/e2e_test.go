@@ -15,13 +15,13 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
-	"github.com/outboxkit/outbox/internal/testdb"
-	"github.com/outboxkit/outbox/internal/testnode"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
+	"github.com/outboxkit/outbox/internal/testsupport/testnode"
 	"github.com/outboxkit/outbox/poller"
 )
 
 // End-to-end tests: Writer, txctx, Dispatcher and Poller on real databases,
-// one subtest per dialect (see internal/testdb). Waits are on conditions with
+// one subtest per dialect (see internal/testsupport/testdb). Waits are on conditions with
 // a deadline; backoffs and intervals are short.
 
 const e2eDeadline = 30 * time.Second
@@ -167,8 +167,8 @@ func TestE2ERollbackDeliversNothing(t *testing.T) {
 		if c := rec.Count(rolledBack.ID()); c != 0 {
 			t.Errorf("rolled-back event delivered %d times", c)
 		}
-		if _, err := tg.Store.Get(context.Background(), tg.DB, rolledBack.ID()); !errors.Is(err, sql.ErrNoRows) {
-			t.Errorf("rolled-back row: %v, want sql.ErrNoRows", err)
+		if _, err := tg.Store.Get(context.Background(), tg.DB, rolledBack.ID()); !errors.Is(err, core.ErrNotFound) {
+			t.Errorf("rolled-back row: %v, want core.ErrNotFound", err)
 		}
 	})
 }

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testnode"
+	"github.com/outboxkit/outbox/internal/testsupport/testnode"
 )
 
 // memStore is an in-memory core.Store for the dispatcher's unit tests. It

@@ -11,7 +11,7 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
-	"github.com/outboxkit/outbox/internal/testnode"
+	"github.com/outboxkit/outbox/internal/testsupport/testnode"
 )
 
 // flakyReleaseStore fails its first fails Release calls, then releases as

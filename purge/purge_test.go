@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testdb"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -82,7 +82,7 @@ func seed(t *testing.T, tg testdb.Target, rows ...seedRow) {
 func exists(t *testing.T, tg testdb.Target, id string) bool {
 	t.Helper()
 	_, err := tg.Store.Get(testCtx(t), tg.DB, id)
-	if errors.Is(err, sql.ErrNoRows) {
+	if errors.Is(err, core.ErrNotFound) {
 		return false
 	}
 	if err != nil {

@@ -13,8 +13,8 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
-	"github.com/outboxkit/outbox/internal/testdb"
-	"github.com/outboxkit/outbox/internal/testnode"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
+	"github.com/outboxkit/outbox/internal/testsupport/testnode"
 	"github.com/outboxkit/outbox/poller"
 	"github.com/outboxkit/outbox/reliability/internal/chaos"
 	"github.com/outboxkit/outbox/txctx"

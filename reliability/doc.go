@@ -2,7 +2,7 @@
 // crash worker processes, cut database connections, feed poison events,
 // overflow the hot queue, let leases expire under slow listeners and throw
 // bad input at the public API, on SQLite, PostgreSQL and MySQL/MariaDB (see
-// internal/testdb for the servers). They prove the guarantees of DESIGN.md
+// internal/testsupport/testdb for the servers). They prove the guarantees of DESIGN.md
 // section 2 under failure and log the figures docs/RELIABILITY.md reports.
 //
 // The package has no API. By default its tests run a short version sized for

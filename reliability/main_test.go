@@ -19,8 +19,8 @@ import (
 	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testdb"
-	"github.com/outboxkit/outbox/internal/testnode"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
+	"github.com/outboxkit/outbox/internal/testsupport/testnode"
 	"go.uber.org/goleak"
 )
 

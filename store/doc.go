@@ -2,6 +2,8 @@
 // the handle's driver (pgx, go-sql-driver/mysql or modernc.org/sqlite) and
 // returns the matching store from store/postgres, store/mysql or
 // store/sqlite.
+// SchemaManager names what each of those stores is besides a core.Store: a
+// store that creates its own table, for tools that work with any of them.
 //
 // Importing this package links all three stores and their drivers into the
 // program. A program that uses one database should import that store package

@@ -29,20 +29,15 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
+	"github.com/outboxkit/outbox/store"
 	"github.com/outboxkit/outbox/store/mysql"
 	"github.com/outboxkit/outbox/store/postgres"
 )
 
-type benchStore interface {
-	core.Store
-	CreateSchema(ctx context.Context, db core.DBTX) error
-	DropSchema(ctx context.Context, db core.DBTX) error
-	Table() string
-}
-
 type variant struct {
 	name  string
-	store func(table string) (benchStore, error)
+	store func(table string) (store.SchemaManager, error)
 }
 
 func main() {
@@ -85,7 +80,7 @@ func run(dbName, dsn string, rows, drain, history, batch int, claimerList, strat
 			if strategies != "" && !strings.Contains(","+strategies+",", ","+c.String()+",") {
 				continue
 			}
-			variants = append(variants, variant{c.String(), func(table string) (benchStore, error) {
+			variants = append(variants, variant{c.String(), func(table string) (store.SchemaManager, error) {
 				return mysql.New(mysql.Config{Table: table, Claim: c})
 			}})
 		}
@@ -95,7 +90,7 @@ func run(dbName, dsn string, rows, drain, history, batch int, claimerList, strat
 		}
 		open = postgres.Open
 		counters = postgresCounters
-		variants = append(variants, variant{"skip-locked-returning", func(table string) (benchStore, error) {
+		variants = append(variants, variant{"skip-locked-returning", func(table string) (store.SchemaManager, error) {
 			return postgres.New(postgres.Config{Table: table})
 		}})
 	default:
@@ -150,7 +145,7 @@ func runOne(ctx context.Context, admin *sql.DB, open func(string) (*sql.DB, erro
 	if err := st.CreateSchema(ctx, admin); err != nil {
 		return result{}, err
 	}
-	defer func() { _ = st.DropSchema(context.WithoutCancel(ctx), admin) }()
+	defer func() { _ = testdb.DropTable(context.WithoutCancel(ctx), admin, st) }()
 	if err := fill(ctx, admin, st, history, rows); err != nil {
 		return result{}, err
 	}
@@ -224,7 +219,7 @@ func runOne(ctx context.Context, admin *sql.DB, open func(string) (*sql.DB, erro
 }
 
 // markAll marks evs DONE with up to workers concurrent statements.
-func markAll(ctx context.Context, st benchStore, db *sql.DB, owner string, evs []core.Event, workers int) error {
+func markAll(ctx context.Context, st store.SchemaManager, db *sql.DB, owner string, evs []core.Event, workers int) error {
 	var wg sync.WaitGroup
 	errs := make([]error, workers)
 	for w := range workers {
@@ -246,7 +241,7 @@ func markAll(ctx context.Context, st benchStore, db *sql.DB, owner string, evs [
 }
 
 // fill inserts history DONE rows, then n pending ones after them.
-func fill(ctx context.Context, db *sql.DB, st benchStore, history, n int) error {
+func fill(ctx context.Context, db *sql.DB, st store.SchemaManager, history, n int) error {
 	start := time.Now().Add(-24 * time.Hour)
 	payload := []byte(`{"order":"o-1","amount":4200,"currency":"EUR"}`)
 	const chunk = 1000

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -185,7 +184,7 @@ func (a *app) deadReplay(ctx context.Context, args []string) error {
 	for _, id := range ids {
 		ev, err := s.store.Get(ctx, s.db, id)
 		switch {
-		case errors.Is(err, sql.ErrNoRows):
+		case errors.Is(err, core.ErrNotFound):
 			fmt.Fprintf(a.stdout, "skip %s: not found\n", id)
 			skipped++
 		case err != nil:

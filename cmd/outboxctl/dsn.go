@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/store"
 	"github.com/outboxkit/outbox/store/mysql"
 	"github.com/outboxkit/outbox/store/postgres"
 	"github.com/outboxkit/outbox/store/sqlite"
@@ -71,10 +72,8 @@ func redact(dsn string) string {
 
 // opsStore is what outboxctl needs of a store.
 type opsStore interface {
-	core.Store
+	store.SchemaManager
 	core.Inspector
-	Table() string
-	SchemaSQL() string
 }
 
 // newStore returns the store of dialect for table; it connects to nothing.

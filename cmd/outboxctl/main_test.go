@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testdb"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/store/sqlite"
 )
 
@@ -274,7 +274,7 @@ func TestSchemaCreatesAWorkingTable(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = st.DropSchema(context.Background(), tg.DB) })
+		t.Cleanup(func() { _ = testdb.DropTable(context.Background(), tg.DB, st) })
 		for _, stmt := range strings.Split(ddl, ";\n") {
 			if strings.TrimSpace(stmt) == "" {
 				continue

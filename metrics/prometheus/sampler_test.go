@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testdb"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 )
 
 func newSampler(t *testing.T, cfg SamplerConfig) *Sampler {
@@ -165,7 +165,7 @@ func TestSamplerConfig(t *testing.T) {
 
 func inspector(t *testing.T, tg testdb.Target) core.Inspector {
 	t.Helper()
-	insp, ok := tg.Store.(core.Inspector)
+	insp, ok := core.StoreAs[core.Inspector](tg.Store)
 	if !ok {
 		t.Fatalf("%T does not implement core.Inspector", tg.Store)
 	}

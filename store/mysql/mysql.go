@@ -50,6 +50,8 @@ import (
 	"github.com/outboxkit/outbox/store/internal/sqlstore"
 )
 
+//go:generate go run ../internal/storegen/cmd/storegen -pkg mysql
+
 //go:embed schema.sql
 var ddl string
 
@@ -95,10 +97,13 @@ type Config struct {
 
 // Store is the MySQL/MariaDB outbox store. It implements core.Store and is
 // safe for concurrent use.
+//
+// Its methods are generated (store_gen.go), but for CreateSchema: each one
+// runs the shared SQL of this module's stores in this dialect.
 type Store struct {
-	*sqlstore.Store
-	claim ClaimStrategy
-	table sqlstore.TableName
+	shared *sqlstore.Store
+	claim  ClaimStrategy
+	table  sqlstore.TableName
 }
 
 // New validates cfg and returns a Store. A bad table name or an unknown claim
@@ -113,7 +118,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{Store: sqlstore.New(d, table), claim: cfg.Claim, table: table}, nil
+	return &Store{shared: sqlstore.New(d, table), claim: cfg.Claim, table: table}, nil
 }
 
 // The read-back index of ClaimUpdateLimit: a line of schema.sql's CREATE
@@ -169,7 +174,7 @@ func (s *Store) ClaimStrategy() ClaimStrategy { return s.claim }
 // ClaimUpdateLimit it also adds the lease read-back index to a table created
 // earlier without it (MySQL has no CREATE INDEX IF NOT EXISTS).
 func (s *Store) CreateSchema(ctx context.Context, db core.DBTX) error {
-	if err := s.Store.CreateSchema(ctx, db); err != nil {
+	if err := s.shared.CreateSchema(ctx, db); err != nil {
 		return err
 	}
 	if s.claim != ClaimUpdateLimit {

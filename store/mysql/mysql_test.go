@@ -6,25 +6,16 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testdb"
-	"github.com/outboxkit/outbox/store/internal/storetest"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/store/mysql"
+	"github.com/outboxkit/outbox/store/storetest"
 )
 
 func TestConformance(t *testing.T) {
 	for _, claim := range []mysql.ClaimStrategy{mysql.ClaimSkipLocked, mysql.ClaimUpdateLimit} {
 		t.Run(claim.String(), func(t *testing.T) {
 			t.Parallel()
-			storetest.Run(t, testdb.MySQLWith(mysql.Config{Claim: claim}))
-		})
-	}
-}
-
-func TestConcurrency(t *testing.T) {
-	for _, claim := range []mysql.ClaimStrategy{mysql.ClaimSkipLocked, mysql.ClaimUpdateLimit} {
-		t.Run(claim.String(), func(t *testing.T) {
-			t.Parallel()
-			storetest.RunConcurrency(t, testdb.MySQLWith(mysql.Config{Claim: claim}))
+			storetest.Run(t, testdb.Conformance("mysql", mysql.Config{Claim: claim}))
 		})
 	}
 }
@@ -50,7 +41,7 @@ func TestSchemaQualifiedTableAndLeaseIndex(t *testing.T) {
 	}
 	skip, limit := newStore(mysql.ClaimSkipLocked), newStore(mysql.ClaimUpdateLimit)
 	t.Cleanup(func() {
-		if err := skip.DropSchema(context.WithoutCancel(ctx), tg.DB); err != nil {
+		if err := testdb.DropTable(context.WithoutCancel(ctx), tg.DB, skip); err != nil {
 			t.Errorf("drop: %v", err)
 		}
 	})

@@ -7,10 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/outbox/internal/testdb"
-	"github.com/outboxkit/outbox/store/internal/sqlstore"
-	"github.com/outboxkit/outbox/store/internal/storetest"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/store/mysql"
+	"github.com/outboxkit/outbox/store/storetest"
 )
 
 // TestPlans checks, on a filled and analyzed table, that each statement that
@@ -23,14 +22,14 @@ func TestPlans(t *testing.T) {
 			t.Parallel()
 			tg := testdb.MySQLWith(mysql.Config{Claim: claim})(t)
 			ctx := context.Background()
-			n := storetest.FillForPlans(t, tg, 30000)
+			n := storetest.FillForPlans(t, tg.Suite(), 30000)
 			if _, err := tg.DB.ExecContext(ctx, "ANALYZE TABLE "+tg.Table); err != nil {
 				t.Fatal(err)
 			}
 			st := tg.Store.(*mysql.Store)
 			want := map[string]string{"claim": "_lane", "claim-read-back": "_lease", "dead": "_lane",
 				"count-dead": "_lane", "replay-dead": "_lane", "purge": "_lane"}
-			for _, stmt := range sqlstore.PlanStatements(st.Store, time.Now()) {
+			for _, stmt := range mysql.PlanStatements(st, time.Now()) {
 				plan := explain(t, tg.DB, stmt.SQL, stmt.Args...)
 				if len(plan) != 1 {
 					t.Fatalf("%s: want one plan row, got %v", stmt.Name, plan)

@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/outbox/internal/testdb"
-	"github.com/outboxkit/outbox/store/internal/sqlstore"
-	"github.com/outboxkit/outbox/store/internal/storetest"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/store/postgres"
+	"github.com/outboxkit/outbox/store/storetest"
 )
 
 // TestPlans checks, on a filled and analyzed table, that the claim, the dead
@@ -23,7 +22,7 @@ func TestPlans(t *testing.T) {
 	t.Parallel()
 	tg := testdb.Postgres(t)
 	ctx := context.Background()
-	n := storetest.FillForPlans(t, tg, 30000)
+	n := storetest.FillForPlans(t, tg.Suite(), 30000)
 	if _, err := tg.DB.ExecContext(ctx, "ANALYZE "+tg.Table); err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +33,7 @@ func TestPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	for i, stmt := range sqlstore.PlanStatements(st.Store, time.Now()) {
+	for i, stmt := range postgres.PlanStatements(st, time.Now()) {
 		custom := explain(t, conn, "EXPLAIN "+stmt.SQL, stmt.Args...)
 		name := fmt.Sprintf("plan_%d", i)
 		if _, err := conn.ExecContext(ctx, "PREPARE "+name+" AS "+stmt.SQL); err != nil {

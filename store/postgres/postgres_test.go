@@ -6,17 +6,14 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testdb"
-	"github.com/outboxkit/outbox/store/internal/storetest"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
+	"github.com/outboxkit/outbox/store/mysql"
 	"github.com/outboxkit/outbox/store/postgres"
+	"github.com/outboxkit/outbox/store/storetest"
 )
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, testdb.Postgres)
-}
-
-func TestConcurrency(t *testing.T) {
-	storetest.RunConcurrency(t, testdb.Postgres)
+	storetest.Run(t, testdb.Conformance("postgres", mysql.Config{}))
 }
 
 // TestSchemaQualifiedTable runs a store on "schema.table": its indexes land

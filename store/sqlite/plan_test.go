@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outboxkit/outbox/internal/testdb"
-	"github.com/outboxkit/outbox/store/internal/sqlstore"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/store/sqlite"
 )
 
@@ -18,7 +17,7 @@ func TestQueryPlans(t *testing.T) {
 	tg := testdb.SQLite(t)
 	st := tg.Store.(*sqlite.Store)
 	wantIndex := map[string]string{"claim": "_pending", "dead": "_dead", "count-dead": "_dead", "purge": "_done"}
-	for _, stmt := range sqlstore.PlanStatements(st.Store, time.Now()) {
+	for _, stmt := range sqlite.PlanStatements(st, time.Now()) {
 		rows, err := tg.DB.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+stmt.SQL, stmt.Args...)
 		if err != nil {
 			t.Fatalf("%s: %v", stmt.Name, err)

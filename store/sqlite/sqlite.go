@@ -24,6 +24,8 @@ import (
 	"github.com/outboxkit/outbox/store/internal/sqlstore"
 )
 
+//go:generate go run ../internal/storegen/cmd/storegen -pkg sqlite
+
 //go:embed schema.sql
 var ddl string
 
@@ -36,8 +38,11 @@ type Config struct {
 
 // Store is the SQLite outbox store. It implements core.Store and is safe for
 // concurrent use.
+//
+// Its methods are generated (store_gen.go): each one runs the shared SQL of
+// this module's stores in this dialect.
 type Store struct {
-	*sqlstore.Store
+	shared *sqlstore.Store
 }
 
 // New validates cfg and returns a Store. A bad table name returns an error
@@ -47,7 +52,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{sqlstore.New(dialect(), table)}, nil
+	return &Store{shared: sqlstore.New(dialect(), table)}, nil
 }
 
 // dialect returns the SQLite dialect of the shared SQL store.

@@ -3,10 +3,11 @@ package sqlite_test
 import (
 	"testing"
 
-	"github.com/outboxkit/outbox/internal/testdb"
-	"github.com/outboxkit/outbox/store/internal/storetest"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
+	"github.com/outboxkit/outbox/store/mysql"
+	"github.com/outboxkit/outbox/store/storetest"
 )
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, testdb.SQLite)
+	storetest.Run(t, testdb.Conformance("sqlite", mysql.Config{}))
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/store"
 	"github.com/outboxkit/outbox/store/mysql"
 	"github.com/outboxkit/outbox/store/postgres"
 	"github.com/outboxkit/outbox/store/sqlite"
@@ -25,14 +26,6 @@ const (
 	Aggregate = core.AggregateName("Chaos")
 	EventType = core.EventName("Tick")
 )
-
-// Store is an outbox store that manages its own schema.
-type Store interface {
-	core.Store
-	CreateSchema(ctx context.Context, db core.DBTX) error
-	DropSchema(ctx context.Context, db core.DBTX) error
-	Table() string
-}
 
 // Open returns a pool on dsn for dialect ("sqlite": dsn is a file path).
 func Open(dialect, dsn string) (*sql.DB, error) {
@@ -48,9 +41,9 @@ func Open(dialect, dsn string) (*sql.DB, error) {
 }
 
 // NewStore returns the outbox store of dialect on table.
-func NewStore(dialect, table string) (Store, error) {
+func NewStore(dialect, table string) (store.SchemaManager, error) {
 	var (
-		s   Store
+		s   store.SchemaManager
 		err error
 	)
 	switch dialect {

@@ -33,6 +33,7 @@ import (
 	"github.com/outboxkit/outbox/dispatch"
 	"github.com/outboxkit/outbox/poller"
 	"github.com/outboxkit/outbox/reliability/internal/chaos"
+	"github.com/outboxkit/outbox/store"
 	"github.com/outboxkit/outbox/txctx"
 )
 
@@ -86,7 +87,7 @@ func main() {
 	}
 }
 
-func open(o options) (*sql.DB, chaos.Store, error) {
+func open(o options) (*sql.DB, store.SchemaManager, error) {
 	db, err := chaos.Open(o.dialect, o.dsn)
 	if err != nil {
 		return nil, nil, err

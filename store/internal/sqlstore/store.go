@@ -89,15 +89,6 @@ func (s *Store) CreateSchema(ctx context.Context, db core.DBTX) error {
 	return nil
 }
 
-// DropSchema drops the table (and with it its indexes) if it exists. It is
-// meant for tests and tooling; it deletes every event.
-func (s *Store) DropSchema(ctx context.Context, db core.DBTX) error {
-	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+s.qt); err != nil {
-		return fmt.Errorf("drop schema: %w", err)
-	}
-	return nil
-}
-
 func (s *Store) ts(t time.Time) any { return s.d.EncodeTime(t.UTC().Truncate(time.Microsecond)) }
 
 // wrap translates driver errors at the store boundary.
@@ -337,7 +328,7 @@ func (s *Store) Get(ctx context.Context, db core.DBTX, id string) (core.Event, e
 	case len(bad) > 0:
 		return core.Event{}, bad[0]
 	case len(events) == 0:
-		return core.Event{}, fmt.Errorf("get event %s: %w", id, sql.ErrNoRows)
+		return core.Event{}, fmt.Errorf("get event %s: %w", id, notFound{})
 	}
 	return events[0], nil
 }
@@ -731,3 +722,11 @@ var (
 	_ core.Store       = (*Store)(nil)
 	_ core.BatchMarker = (*Store)(nil)
 )
+
+// notFound is the error of Get for a missing row. It matches
+// core.ErrNotFound and, for callers written before that existed,
+// sql.ErrNoRows.
+type notFound struct{}
+
+func (notFound) Error() string   { return core.ErrNotFound.Error() }
+func (notFound) Unwrap() []error { return []error{core.ErrNotFound, sql.ErrNoRows} }

@@ -5,11 +5,15 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testdb"
 )
 
-func testStats(t *testing.T, tg testdb.Target) {
-	insp, ok := tg.Store.(core.Inspector)
+// statsTests check the statistics for operations tooling (core.Inspector).
+var statsTests = []test{
+	{"Stats", testStats},
+}
+
+func testStats(t *testing.T, tg Target) {
+	insp, ok := core.StoreAs[core.Inspector](tg.Store)
 	if !ok {
 		t.Fatalf("%T does not implement core.Inspector", tg.Store)
 	}

@@ -5,14 +5,19 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testdb"
 )
+
+// batchTests check the optional DONE batches: core.BatchMarker and core.DoneDeleter.
+var batchTests = []test{
+	{"MarkDoneBatch", testMarkDoneBatch},
+	{"DeleteDoneBatch", testDeleteDoneBatch},
+}
 
 // testMarkDoneBatch checks core.BatchMarker: many rows DONE in one call,
 // fenced by owner like MarkDone, terminal rows never moved, unknown and
 // repeated ids harmless, and lists longer than one statement's chunk.
-func testMarkDoneBatch(t *testing.T, tg testdb.Target) {
-	bm, ok := tg.Store.(core.BatchMarker)
+func testMarkDoneBatch(t *testing.T, tg Target) {
+	bm, ok := core.StoreAs[core.BatchMarker](tg.Store)
 	if !ok {
 		t.Skipf("%T does not implement core.BatchMarker", tg.Store)
 	}
@@ -67,7 +72,7 @@ type batchFixture struct {
 	now                 time.Time
 }
 
-func newBatchFixture(t *testing.T, tg testdb.Target, prefix string) batchFixture {
+func newBatchFixture(t *testing.T, tg Target, prefix string) batchFixture {
 	t.Helper()
 	c := ctx(t)
 	const n = 1203 // more than one statement's worth of ids
@@ -96,8 +101,8 @@ func newBatchFixture(t *testing.T, tg testdb.Target, prefix string) batchFixture
 // testDeleteDoneBatch checks core.DoneDeleter: many delivered rows deleted in
 // one call, fenced by owner like MarkDoneBatch, terminal rows never touched,
 // unknown and repeated ids harmless, lists longer than one statement's chunk.
-func testDeleteDoneBatch(t *testing.T, tg testdb.Target) {
-	dd, ok := tg.Store.(core.DoneDeleter)
+func testDeleteDoneBatch(t *testing.T, tg Target) {
+	dd, ok := core.StoreAs[core.DoneDeleter](tg.Store)
 	if !ok {
 		t.Skipf("%T does not implement core.DoneDeleter", tg.Store)
 	}

@@ -6,12 +6,11 @@ import (
 	"testing"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testdb"
 )
 
 // testInsertAtomic: a batch written in several statements is all or
 // nothing, in the caller's transaction (which stays usable) and on a pool.
-func testInsertAtomic(t *testing.T, tg testdb.Target) {
+func testInsertAtomic(t *testing.T, tg Target) {
 	c := ctx(t)
 	insert(t, tg, env(t, "taken", base))
 	batch := func(prefix string) []core.Envelope {

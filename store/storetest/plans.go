@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/testdb"
 )
 
 // PlanRowsEnv overrides the number of rows FillForPlans inserts, for the
@@ -20,7 +19,7 @@ const PlanRowsEnv = "OUTBOX_PLAN_ROWS"
 // (ids "p-..."), 40% DONE ("d-...") and 10% DEAD ("x-..."), interleaved in
 // created_at order. It returns the number of rows. Callers update the
 // planner's statistics (ANALYZE) afterwards.
-func FillForPlans(t testing.TB, tg testdb.Target, n int) int {
+func FillForPlans(t testing.TB, tg Target, n int) int {
 	t.Helper()
 	if v := os.Getenv(PlanRowsEnv); v != "" {
 		var err error

@@ -17,15 +17,19 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/store"
 	"github.com/outboxkit/outbox/store/mysql"
 	"github.com/outboxkit/outbox/store/postgres"
 	"github.com/outboxkit/outbox/store/sqlite"
+	"github.com/outboxkit/outbox/store/storetest"
 )
 
 // Target is one database with a fresh outbox table.
@@ -42,12 +46,49 @@ type Target struct {
 	NewStore func(table string) (Store, error)
 }
 
-// Store is a core.Store that can also manage its own schema.
-type Store interface {
-	core.Store
-	CreateSchema(ctx context.Context, db core.DBTX) error
-	DropSchema(ctx context.Context, db core.DBTX) error
-	Table() string
+// Store is a store that manages its own table, as every store of this
+// module does.
+type Store = store.SchemaManager
+
+// DropTable drops the table of st (and with it its indexes) if it exists.
+// It deletes every event: it is for tests, benchmarks and the reliability
+// suite, which is why the stores do not offer it.
+func DropTable(ctx context.Context, db core.DBTX, st Store) error {
+	quote := func(id string) string { return `"` + id + `"` }
+	if _, ok := core.StoreAs[*mysql.Store](st); ok {
+		quote = func(id string) string { return "`" + id + "`" }
+	}
+	parts := strings.Split(st.Table(), ".")
+	for i, p := range parts {
+		parts[i] = quote(p)
+	}
+	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+strings.Join(parts, ".")); err != nil {
+		return fmt.Errorf("drop table %s: %w", st.Table(), err)
+	}
+	return nil
+}
+
+// Suite returns tg as the conformance suite's target.
+func (tg Target) Suite() storetest.Target {
+	return storetest.Target{DB: tg.DB, Store: tg.Store, Table: tg.Table, Reopen: tg.Reopen}
+}
+
+// Conformance returns the conformance suite's configuration for dialect's
+// targets, its MySQL stores built with mysqlCfg (ignored by the other
+// dialects). The server dialects get the checks of concurrent pools.
+func Conformance(dialect string, mysqlCfg mysql.Config) storetest.Config {
+	newStore := storeFactory(dialect, mysqlCfg)
+	return storetest.Config{
+		NewTarget: func(t testing.TB) storetest.Target {
+			t.Helper()
+			if dialect == "mysql" {
+				return MySQLWith(mysqlCfg)(t).Suite()
+			}
+			return Open(t, dialect).Suite()
+		},
+		NewStore: func(table string) (core.Store, error) { return newStore(table) },
+		Server:   dialect != "sqlite",
+	}
 }
 
 // Dialects lists the dialect names ForEach runs, in order.
@@ -114,7 +155,7 @@ func prepare(t testing.TB, tg Target) Target {
 	t.Cleanup(func() {
 		ctx, cancel := cleanupCtx()
 		defer cancel()
-		if err := tg.Store.DropSchema(ctx, tg.DB); err != nil {
+		if err := DropTable(ctx, tg.DB, tg.Store); err != nil {
 			t.Errorf("testdb: drop %s: %v", tg.Table, err)
 		}
 	})
@@ -134,8 +175,7 @@ func SQLite(t testing.TB) Target {
 		t.Cleanup(func() { _ = db.Close() })
 		return db
 	}
-	newStore := func(table string) (Store, error) { return asStore(sqlite.New(sqlite.Config{Table: table})) }
-	return newTarget(t, "sqlite", open, newStore)
+	return newTarget(t, "sqlite", open, storeFactory("sqlite", mysql.Config{}))
 }
 
 // Environment variables naming the servers, and the DSNs that work on a
@@ -181,8 +221,7 @@ func server(t testing.TB, name, env, example string, open func(dsn string) (*sql
 func Postgres(t testing.TB) Target {
 	t.Helper()
 	open := server(t, "PostgreSQL", PostgresEnv, examplePostgresDSN, postgres.Open)
-	newStore := func(table string) (Store, error) { return asStore(postgres.New(postgres.Config{Table: table})) }
-	return newTarget(t, "postgres", open, newStore)
+	return newTarget(t, "postgres", open, storeFactory("postgres", mysql.Config{}))
 }
 
 // MySQL returns a target on OUTBOX_MYSQL_DSN with the default claim
@@ -199,13 +238,26 @@ func MySQLWith(cfg mysql.Config) func(t testing.TB) Target {
 	return func(t testing.TB) Target {
 		t.Helper()
 		open := server(t, "MySQL", MySQLEnv, exampleMySQLDSN, mysql.Open)
-		newStore := func(table string) (Store, error) {
-			c := cfg
+		return newTarget(t, "mysql", open, storeFactory("mysql", cfg))
+	}
+}
+
+// storeFactory returns the constructor of dialect's stores, which builds
+// MySQL stores with mysqlCfg and the given table.
+func storeFactory(dialect string, mysqlCfg mysql.Config) func(table string) (Store, error) {
+	switch dialect {
+	case "sqlite":
+		return func(table string) (Store, error) { return asStore(sqlite.New(sqlite.Config{Table: table})) }
+	case "postgres":
+		return func(table string) (Store, error) { return asStore(postgres.New(postgres.Config{Table: table})) }
+	case "mysql":
+		return func(table string) (Store, error) {
+			c := mysqlCfg
 			c.Table = table
 			return asStore(mysql.New(c))
 		}
-		return newTarget(t, "mysql", open, newStore)
 	}
+	panic("testdb: unknown dialect " + dialect)
 }
 
 // asStore returns s as a Store, and a nil interface (not a typed nil) with

@@ -1,0 +1,203 @@
+// Package sqlgolden writes down the SQL a store really runs, operation by
+// operation, and compares it with the golden files in the dialect's
+// testdata directory: each dialect's SQL then reads in one place, and every
+// change of it shows in review. The statements are captured by a
+// database/sql driver that runs nothing, so the check needs no database.
+//
+//	go test ./store/... -update
+//
+// rewrites the files. Only the tests of the dialect packages import it.
+package sqlgolden
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden SQL files in testdata")
+
+// Store is what the golden files cover: every operation of this module's
+// stores.
+type Store interface {
+	core.Store
+	core.BatchMarker
+	core.DoneDeleter
+	core.Inspector
+	CreateSchema(ctx context.Context, db core.DBTX) error
+}
+
+// op is one call whose statements go to a golden file.
+type op struct {
+	file, call string
+	run        func(ctx context.Context, st Store, db core.DBTX) error
+}
+
+var (
+	now   = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	three = []string{"e-1", "e-2", "e-3"}
+)
+
+func envelopes(n int) []core.Envelope {
+	out := make([]core.Envelope, n)
+	for i := range out {
+		e, err := core.NewEnvelope(core.EnvelopeSpec{ID: fmt.Sprintf("e-%d", i+1), Type: core.EventName("Tested"), OccurredAt: now, JSON: []byte(`{}`)})
+		if err != nil {
+			panic(err)
+		}
+		out[i] = e
+	}
+	return out
+}
+
+var ops = []op{
+	{"ddl", "CreateSchema", func(ctx context.Context, st Store, db core.DBTX) error { return st.CreateSchema(ctx, db) }},
+	{"insert", "Insert of one event", func(ctx context.Context, st Store, db core.DBTX) error {
+		return st.Insert(ctx, db, envelopes(1), core.InsertOptions{})
+	}},
+	{"insert", "Insert of two events, leased by their writer (the hot path)", func(ctx context.Context, st Store, db core.DBTX) error {
+		return st.Insert(ctx, db, envelopes(2), core.InsertOptions{LeaseOwner: "owner", LeaseAt: now})
+	}},
+	{"claim", "Claim", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, _, err := st.Claim(ctx, db, core.ClaimParams{Owner: "owner", Now: now, LeaseTimeout: time.Minute, SkipRecent: time.Second, Limit: 100})
+		return err
+	}},
+	{"writeback", "MarkDone", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.MarkDone(ctx, db, "owner", "e-1", now)
+		return err
+	}},
+	{"writeback", "MarkRetry", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.MarkRetry(ctx, db, "owner", "e-1", now, "boom")
+		return err
+	}},
+	{"writeback", "MarkDead", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.MarkDead(ctx, db, "owner", "e-1", now, "boom")
+		return err
+	}},
+	{"writeback", "Release of three events", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.Release(ctx, db, "owner", three)
+		return err
+	}},
+	{"batch", "MarkDoneBatch of three events", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.MarkDoneBatch(ctx, db, "owner", three, now)
+		return err
+	}},
+	{"batch", "DeleteDoneBatch of three events", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.DeleteDoneBatch(ctx, db, "owner", three)
+		return err
+	}},
+	{"get", "Get", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.Get(ctx, db, "e-1")
+		return err
+	}},
+	{"dead", "QueryDead, no filter", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.QueryDead(ctx, db, core.DeadFilter{})
+		return err
+	}},
+	{"dead", "QueryDead by event and aggregate type", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.QueryDead(ctx, db, core.DeadFilter{EventType: "Tested", AggregateType: "Order", Limit: 10})
+		return err
+	}},
+	{"dead", "CountDead by event type", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.CountDead(ctx, db, core.DeadFilter{EventType: "Tested"})
+		return err
+	}},
+	{"dead", "ReplayDead of three events", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.ReplayDead(ctx, db, three, now)
+		return err
+	}},
+	{"dead", "ReplayDeadBatch by event type", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.ReplayDeadBatch(ctx, db, core.DeadFilter{EventType: "Tested"}, 500, now)
+		return err
+	}},
+	{"purge", "Purge of DONE and DEAD rows", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.Purge(ctx, db, core.PurgeParams{DoneBefore: now, DeadBefore: now, Limit: 500})
+		return err
+	}},
+	{"purge", "Purge of DONE rows only", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.Purge(ctx, db, core.PurgeParams{DoneBefore: now, Limit: 500})
+		return err
+	}},
+	{"stats", "Stats", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.Stats(ctx, db)
+		return err
+	}},
+	{"stats", "CountPurgeable", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, _, err := st.CountPurgeable(ctx, db, core.PurgeParams{DoneBefore: now, DeadBefore: now})
+		return err
+	}},
+}
+
+// Record runs every operation on st over the recording driver and returns
+// the golden files' contents by file name (without ".sql").
+func Record(st Store) map[string]string {
+	db, rec := open()
+	defer db.Close()
+	ctx := context.Background()
+	files := map[string]*strings.Builder{}
+	for _, o := range ops {
+		// The store's own error is irrelevant: the recorder answers only as
+		// far as the store's next statement needs.
+		_ = o.run(ctx, st, db)
+		b := files[o.file]
+		if b == nil {
+			b = &strings.Builder{}
+			files[o.file] = b
+		} else {
+			b.WriteString("\n")
+		}
+		fmt.Fprintf(b, "-- %s\n", o.call)
+		for _, stmt := range rec.take() {
+			b.WriteString(strings.TrimSpace(stmt) + ";\n")
+		}
+	}
+	out := make(map[string]string, len(files))
+	for name, b := range files {
+		out[name] = b.String()
+	}
+	return out
+}
+
+// Check compares the statements st runs with testdata/<name><suffix>.sql,
+// or rewrites those files under -update. With only, it covers just those
+// files (for a store variant that differs from another in a few
+// operations).
+func Check(t *testing.T, st Store, suffix string, only ...string) {
+	t.Helper()
+	got := Record(st)
+	names := make([]string, 0, len(got))
+	for name := range got {
+		if len(only) == 0 || slices.Contains(only, name) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		path := filepath.Join("testdata", name+suffix+".sql")
+		if *update {
+			if err := os.MkdirAll("testdata", 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, []byte(got[name]), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		want, err := os.ReadFile(path)
+		if err != nil {
+			t.Errorf("%v (go test -update writes it)", err)
+			continue
+		}
+		if string(want) != got[name] {
+			t.Errorf("%s: the store's SQL changed; review the change and run go test -update.\ngot:\n%s\nwant:\n%s", path, got[name], want)
+		}
+	}
+}

@@ -1,0 +1,13 @@
+package sqlite
+
+import (
+	"time"
+
+	"github.com/outboxkit/outbox/store/internal/sqlstore"
+)
+
+// PlanStatements gives the plan tests the statements of s that must walk an
+// index, as the store runs them.
+func PlanStatements(s *Store, now time.Time) []sqlstore.Statement {
+	return sqlstore.PlanStatements(s.shared, now)
+}
