@@ -162,7 +162,7 @@ func dialect(claim ClaimStrategy) (sqlstore.Dialect, error) {
 		d.Claim = sqlstore.ClaimUpdateThenSelect
 		d.DDL = strings.Replace(ddl, leaseIndexMarker, leaseIndexDDL, 1)
 	default:
-		return sqlstore.Dialect{}, &core.ValidationError{Field: "mysql claim strategy", Reason: fmt.Sprintf("%d is not a known strategy", int(claim))}
+		return sqlstore.Dialect{}, core.Invalid("mysql claim strategy", "%d is not a known strategy", int(claim))
 	}
 	return d, nil
 }
@@ -253,11 +253,10 @@ func isRetryable(err error) bool {
 func Open(dsn string) (*sql.DB, error) {
 	cfg, err := mysqldrv.ParseDSN(dsn)
 	if err != nil {
-		return nil, &core.ValidationError{Field: "mysql dsn", Reason: err.Error()}
+		return nil, core.Invalid("mysql dsn", "%v", err)
 	}
 	if cfg.Loc != nil && cfg.Loc != time.UTC {
-		return nil, &core.ValidationError{Field: "mysql dsn",
-			Reason: fmt.Sprintf("loc=%s: the outbox stores UTC timestamps; drop loc or set loc=UTC", cfg.Loc)}
+		return nil, core.Invalid("mysql dsn", "loc=%s: the outbox stores UTC timestamps; drop loc or set loc=UTC", cfg.Loc)
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC

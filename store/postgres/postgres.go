@@ -116,7 +116,7 @@ func isRetryable(err error) bool {
 // call Store.CreateSchema for that.
 func Open(dsn string) (*sql.DB, error) {
 	if dsn == "" {
-		return nil, &core.ValidationError{Field: "postgres dsn", Reason: "is empty"}
+		return nil, core.Invalid("postgres dsn", "is empty")
 	}
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {

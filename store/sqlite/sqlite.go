@@ -105,7 +105,7 @@ func isBusy(err error) bool {
 // Store.CreateSchema for that.
 func Open(path string) (*sql.DB, error) {
 	if path == "" {
-		return nil, &core.ValidationError{Field: "sqlite path", Reason: "is empty"}
+		return nil, core.Invalid("sqlite path", "is empty")
 	}
 	q := url.Values{}
 	q.Add("_pragma", "journal_mode(WAL)")

@@ -336,13 +336,13 @@ func (s *Store) Get(ctx context.Context, db core.DBTX, id string) (core.Event, e
 func checkClaim(p core.ClaimParams) error {
 	switch {
 	case p.Owner == "":
-		return &core.ValidationError{Field: "claim owner", Reason: "is empty"}
+		return core.Invalid("claim owner", "is empty")
 	case p.Limit <= 0:
-		return &core.ValidationError{Field: "claim limit", Reason: fmt.Sprintf("%d is not positive", p.Limit)}
+		return core.Invalid("claim limit", "%d is not positive", p.Limit)
 	case p.LeaseTimeout <= 0:
-		return &core.ValidationError{Field: "claim lease timeout", Reason: fmt.Sprintf("%s is not positive", p.LeaseTimeout)}
+		return core.Invalid("claim lease timeout", "%s is not positive", p.LeaseTimeout)
 	case p.SkipRecent < 0:
-		return &core.ValidationError{Field: "claim skip-recent", Reason: fmt.Sprintf("%s is negative", p.SkipRecent)}
+		return core.Invalid("claim skip-recent", "%s is negative", p.SkipRecent)
 	}
 	return nil
 }
@@ -616,7 +616,7 @@ func (s *Store) ReplayDead(ctx context.Context, db core.DBTX, ids []string, now 
 // ReplayDeadBatch implements core.DeadStore.
 func (s *Store) ReplayDeadBatch(ctx context.Context, db core.DBTX, f core.DeadFilter, limit int, now time.Time) (int64, error) {
 	if limit <= 0 {
-		return 0, &core.ValidationError{Field: "replay batch size", Reason: fmt.Sprintf("%d is not positive", limit)}
+		return 0, core.Invalid("replay batch size", "%d is not positive", limit)
 	}
 	q, args := s.replayDeadBatch(f, limit, now)
 	n, err := s.exec(ctx, db, q, args...)
@@ -654,7 +654,7 @@ func (s *Store) exec(ctx context.Context, db core.DBTX, q string, args ...any) (
 // Purge implements core.Purger.
 func (s *Store) Purge(ctx context.Context, db core.DBTX, p core.PurgeParams) (int64, error) {
 	if p.Limit <= 0 {
-		return 0, &core.ValidationError{Field: "purge limit", Reason: fmt.Sprintf("%d is not positive", p.Limit)}
+		return 0, core.Invalid("purge limit", "%d is not positive", p.Limit)
 	}
 	q, args := s.purge(p)
 	if q == "" {

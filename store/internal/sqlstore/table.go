@@ -33,8 +33,7 @@ func ParseTableName(name string, allowSchema bool) (TableName, error) {
 		schema, table = "", name
 	}
 	if qualified && !allowSchema {
-		return TableName{}, &core.ValidationError{Field: "table name",
-			Reason: fmt.Sprintf("%q: schema-qualified names are not supported by this database", name)}
+		return TableName{}, core.Invalid("table name", "%q: schema-qualified names are not supported by this database", name)
 	}
 	parts := []string{table}
 	if qualified {
@@ -42,8 +41,7 @@ func ParseTableName(name string, allowSchema bool) (TableName, error) {
 	}
 	for _, part := range parts {
 		if !identRE.MatchString(part) {
-			return TableName{}, &core.ValidationError{Field: "table name",
-				Reason: fmt.Sprintf("%q must match %s (optionally schema-qualified)", name, identRE)}
+			return TableName{}, core.Invalid("table name", "%q must match %s (optionally schema-qualified)", name, identRE)
 		}
 	}
 	return TableName{Schema: schema, Name: table}, nil
