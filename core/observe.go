@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Metrics receives the outbox's counters and gauges (spec section 15.1). Labels
+// Metrics receives the outbox's counters and gauges. Labels
 // stay low-cardinality: implementations must not key series by event id or
 // tenant. Methods are called from hot paths and must not block.
 //

@@ -9,7 +9,7 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// WriterHook observes and shapes what a Writer writes (spec section 7.2). The
+// WriterHook observes and shapes what a Writer writes. The
 // lifecycle of one WriteAll is: BeforeWrite (may transform or suppress), the
 // INSERT, AfterWrite, then AfterCommit or AfterRollback once the transaction
 // ends. Errors and panics from AfterWrite, AfterCommit and AfterRollback are
