@@ -9,8 +9,8 @@
 //
 // Every method returns its errors, so that a caller can always tell "no dead
 // events" from "the database is down", the confusion an operator cannot
-// afford during an incident: an empty list with a nil error means there is nothing, and any failure
-// reaches the caller wrapped with context. ReplayAll returns the number of
+// afford during an incident: an empty list with a nil error means there is
+// nothing, and any failure reaches the caller wrapped with context. ReplayAll returns the number of
 // events it replayed before a failure together with the error, since those
 // replays are committed and will be delivered. The Manager logs nothing.
 //
