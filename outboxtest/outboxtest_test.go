@@ -244,5 +244,5 @@ func TestMisuseFails(t *testing.T) {
 	expectFatal(t, r, "invalid table name", func() { outboxtest.New(r, outboxtest.Config{Table: "no;drop"}) })
 	h := outboxtest.New(r, outboxtest.Config{})
 	expectFatal(t, r, "only moves forward", func() { h.Advance(-time.Second) })
-	expectFatal(t, r, "no rows", func() { h.Event("missing") })
+	expectFatal(t, r, "event not found", func() { h.Event("missing") })
 }

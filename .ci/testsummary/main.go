@@ -1,9 +1,12 @@
-// Command testsummary runs go test with -json, prints what go test would
-// print without it (package results, and the output of failed tests; every
-// line when the go test flags include -v), and ends with one line saying which databases the tests ran
-// against and which they skipped, and why. A package whose database tests
-// all skipped prints "ok" like one whose tests ran; the last line tells them
-// apart. It exits with go test's status.
+// Command testsummary runs go test with -json and prints what go test would
+// print without it: package results, and the output of failed tests (every
+// line when the go test flags include -v), one package at a time as each
+// finishes, so that packages running in parallel do not interleave. It ends
+// with a count of passed, failed and skipped tests per package, one line
+// saying which databases the tests ran against and which they skipped, and
+// why (a package whose database tests all skipped prints "ok" like one whose
+// tests ran; that line tells them apart), and the totals. It exits with go
+// test's status.
 //
 // Usage (the Makefile's test target): testsummary -- go test [flags] [packages]
 package main
@@ -62,7 +65,7 @@ func main() {
 		os.Exit(2)
 	}
 	dbs := []*database{{name: "sqlite"}, {name: "postgres", env: "OUTBOX_POSTGRES_DSN"}, {name: "mysql", env: "OUTBOX_MYSQL_DSN"}}
-	filter(out, os.Stdout, verbose, dbs)
+	pkgs := filter(out, os.Stdout, verbose, dbs)
 	status := 0
 	if err := cmd.Wait(); err != nil {
 		status = 1
@@ -70,17 +73,57 @@ func main() {
 			status = ee.ExitCode()
 		}
 	}
+	var total counts
+	fmt.Println("\n== test summary")
+	for _, p := range pkgs {
+		fmt.Printf("%-4s %-60s %s\n", p.result, p.name, p.counts)
+		total.add(p.counts)
+	}
 	fmt.Println(summary(dbs))
+	fmt.Println("tests:", total)
 	os.Exit(status)
+}
+
+// counts are the tests (subtests included) that passed, failed and skipped.
+type counts struct{ passed, failed, skipped int }
+
+func (c *counts) add(o counts) {
+	c.passed += o.passed
+	c.failed += o.failed
+	c.skipped += o.skipped
+}
+
+func (c counts) String() string {
+	return fmt.Sprintf("%d passed, %d failed, %d skipped", c.passed, c.failed, c.skipped)
+}
+
+// pkgResult is one package's result line: ok, FAIL or ? (no test files).
+type pkgResult struct {
+	name, result string
+	counts
 }
 
 // filter copies the output of the events read from r to w: all of it when
 // verbose, otherwise package results, build errors and the output of each
 // top-level test that failed (with its subtests), as plain go test shows
-// them. It records in dbs which databases tests ran against or skipped.
-func filter(r io.Reader, w io.Writer, verbose bool, dbs []*database) {
-	groups := map[string][]string{} // package + top-level test -> its output so far
-	tests := map[string][]string{}  // package + test -> its own output, for skip reasons
+// them. A package's output is held until the package finishes, then written
+// in one block. It records in dbs which databases tests ran against or
+// skipped, and returns each package's result in the order they finished.
+func filter(r io.Reader, w io.Writer, verbose bool, dbs []*database) []pkgResult {
+	var (
+		groups  = map[string][]string{} // package + top-level test -> its output so far
+		tests   = map[string][]string{} // package + test -> its own output, for skip reasons
+		pending = map[string][]string{} // package -> output held until it finishes
+		tallies = map[string]*counts{}
+		results []pkgResult
+	)
+	emit := func(pkg, text string) { pending[pkg] = append(pending[pkg], text) }
+	tally := func(pkg string) *counts {
+		if tallies[pkg] == nil {
+			tallies[pkg] = &counts{}
+		}
+		return tallies[pkg]
+	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -94,8 +137,16 @@ func filter(r io.Reader, w io.Writer, verbose bool, dbs []*database) {
 			fmt.Fprint(w, e.Output)
 			continue
 		case e.Test == "":
-			if e.Action == "output" && (verbose || e.Output != "PASS\n") {
-				fmt.Fprint(w, e.Output)
+			switch e.Action {
+			case "output":
+				if verbose || e.Output != "PASS\n" {
+					emit(e.Package, e.Output)
+				}
+			case "pass", "fail", "skip":
+				fmt.Fprint(w, strings.Join(pending[e.Package], ""))
+				delete(pending, e.Package)
+				result := map[string]string{"pass": "ok", "fail": "FAIL", "skip": "?"}[e.Action]
+				results = append(results, pkgResult{name: e.Package, result: result, counts: *tally(e.Package)})
 			}
 			continue
 		}
@@ -105,21 +156,36 @@ func filter(r io.Reader, w io.Writer, verbose bool, dbs []*database) {
 		case "output":
 			tests[tkey] = append(tests[tkey], e.Output)
 			if verbose {
-				fmt.Fprint(w, e.Output)
+				emit(e.Package, e.Output)
 			} else if !quiet(e.Output) {
 				groups[gkey] = append(groups[gkey], e.Output)
 			}
 		case "pass", "fail", "skip":
 			record(dbs, e, tests[tkey])
 			delete(tests, tkey)
+			c := tally(e.Package)
+			switch e.Action {
+			case "pass":
+				c.passed++
+			case "fail":
+				c.failed++
+			case "skip":
+				c.skipped++
+			}
 			if e.Test == top {
 				if e.Action == "fail" && !verbose {
-					fmt.Fprint(w, strings.Join(groups[gkey], ""))
+					emit(e.Package, strings.Join(groups[gkey], ""))
 				}
 				delete(groups, gkey)
 			}
 		}
 	}
+	// A package that never reported (go test was killed): show what it said.
+	for pkg, out := range pending {
+		fmt.Fprint(w, strings.Join(out, ""))
+		results = append(results, pkgResult{name: pkg, result: "FAIL", counts: *tally(pkg)})
+	}
+	return results
 }
 
 // quiet reports whether line is one that go test prints only with -v: a
