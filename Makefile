@@ -18,7 +18,7 @@ RUN_TESTS = @d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
 	echo "$(GO) test $(1)" && "$$d/testsummary" -- $(GO) test $(1)
 
 .PHONY: test
-test: ## Run all tests with -race, about N minutes on 2 cores (PostgreSQL/MySQL tests need OUTBOX_POSTGRES_DSN / OUTBOX_MYSQL_DSN, else they skip)
+test: ## Run all tests with -race, about 5 minutes on 2 cores (PostgreSQL/MySQL tests need OUTBOX_POSTGRES_DSN / OUTBOX_MYSQL_DSN, else they skip)
 	$(call RUN_TESTS,-race -count=1 $(TESTFLAGS) $(PKGS))
 
 .PHONY: test-short
