@@ -71,6 +71,20 @@ func locker(t *testing.T, tg testdb.Target) core.Locker {
 	return l
 }
 
+// startInOrder starts a, waits until it is active, and starts b.
+func startInOrder(t *testing.T, a, b *Gate, changes <-chan change) {
+	t.Helper()
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c := next(t, changes); c != (change{"a", true}) {
+		t.Fatalf("first change %+v, want a active", c)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestOneActiveAndHandOver: of two gates on separate pools, the first to
 // try is active and the other stands by (it is refused while the first
 // holds the lock); when the active one closes, it stands by before it
@@ -84,15 +98,7 @@ func TestOneActiveAndHandOver(t *testing.T) {
 		a := newGate(t, "a", lk, tg.DB, changes)
 		b := newGate(t, "b", countingLocker{lk, refused}, tg.Reopen(t), changes)
 		ctx := context.Background()
-		if err := a.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if c := next(t, changes); c != (change{"a", true}) {
-			t.Fatalf("first change %+v, want a active", c)
-		}
-		if err := b.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
+		startInOrder(t, a, b, changes)
 		<-refused // b tried while a held the lock
 		if !a.Active() || b.Active() {
 			t.Fatalf("a active %v, b active %v; want only a", a.Active(), b.Active())
@@ -120,16 +126,7 @@ func TestLostSessionStandsBy(t *testing.T) {
 		changes := make(chan change, 16)
 		a := newGate(t, "a", lk, tg.DB, changes)
 		b := newGate(t, "b", lk, tg.Reopen(t), changes)
-		ctx := context.Background()
-		if err := a.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if c := next(t, changes); c != (change{"a", true}) {
-			t.Fatalf("first change %+v, want a active", c)
-		}
-		if err := b.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
+		startInOrder(t, a, b, changes)
 		killHolder(t, tg, tg.Table+":"+LockName)
 		if c := next(t, changes); c != (change{"a", false}) {
 			t.Fatalf("after the kill: %+v, want a standing by", c)

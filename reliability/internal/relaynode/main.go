@@ -16,17 +16,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"os/signal"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -36,6 +33,7 @@ import (
 	"github.com/outboxkit/outbox/dispatch"
 	"github.com/outboxkit/outbox/poller"
 	"github.com/outboxkit/outbox/reliability/internal/chaos"
+	"github.com/outboxkit/outbox/store"
 )
 
 type options struct {
@@ -91,16 +89,26 @@ func say(format string, args ...any) {
 	fmt.Printf(format+"\n", args...)
 }
 
-func runRelay(o options) error {
+// open returns a pool on o's database and the store of o's table.
+func open(o options) (*sql.DB, store.SchemaManager, error) {
 	db, err := chaos.Open(o.dialect, o.dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := chaos.NewStore(o.dialect, o.table)
+	if err != nil {
+		_ = db.Close()
+		return nil, nil, err
+	}
+	return db, st, nil
+}
+
+func runRelay(o options) error {
+	db, st, err := open(o)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	st, err := chaos.NewStore(o.dialect, o.table)
-	if err != nil {
-		return err
-	}
 	deliveries, err := chaos.NewDeliveries(o.dialect, o.deliveries)
 	if err != nil {
 		return err
@@ -111,24 +119,11 @@ func runRelay(o options) error {
 		first     sync.Once
 	)
 	reg := core.NewRegistry()
+	record := chaos.RecordingListener(db, deliveries, func() string { return owner }, o.work,
+		func() { delivered.Add(1) })
 	err = reg.RegisterFunc(chaos.Aggregate, chaos.EventType, func(ctx context.Context, ev core.Event) error {
 		first.Do(func() { say("first %d", time.Now().UnixNano()) })
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := deliveries.Record(ctx, tx, ev.ID(), owner); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		if o.work > 0 {
-			time.Sleep(o.work) // the business work of the listener
-		}
-		if err := tx.Commit(); err != nil {
-			return err
-		}
-		delivered.Add(1)
-		return nil
+		return record(ctx, ev)
 	})
 	if err != nil {
 		return err
@@ -178,17 +173,7 @@ func runRelay(o options) error {
 		}
 	}()
 
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
-	orphaned := make(chan struct{})
-	go func() { // ends with the process: it only watches stdin
-		_, _ = io.Copy(io.Discard, bufio.NewReader(os.Stdin))
-		close(orphaned)
-	}()
-	select {
-	case <-stop:
-	case <-orphaned:
-	}
+	chaos.WaitForStop()
 	close(stopWatch)
 	<-watchDone
 	err = ob.Close(ctx)
@@ -197,15 +182,11 @@ func runRelay(o options) error {
 }
 
 func runWriter(o options) error {
-	db, err := chaos.Open(o.dialect, o.dsn)
+	db, st, err := open(o)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	st, err := chaos.NewStore(o.dialect, o.table)
-	if err != nil {
-		return err
-	}
 	ob, err := outbox.New(outbox.Config{DB: db, Store: st, Mode: outbox.WriterOnly})
 	if err != nil {
 		return err
