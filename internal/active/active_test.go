@@ -118,7 +118,7 @@ func TestOneActiveAndHandOver(t *testing.T) {
 // TestLostSessionStandsBy: when the database ends the active gate's session
 // (as a broken connection or a server restart does), the gate notices at
 // its next check and stands by, and an instance (this one again, or the
-// other) becomes active.
+// other, possibly even before that check) becomes active.
 func TestLostSessionStandsBy(t *testing.T) {
 	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
 		t.Parallel()
@@ -128,11 +128,19 @@ func TestLostSessionStandsBy(t *testing.T) {
 		b := newGate(t, "b", lk, tg.Reopen(t), changes)
 		startInOrder(t, a, b, changes)
 		killHolder(t, tg, tg.Table+":"+LockName)
-		if c := next(t, changes); c != (change{"a", false}) {
-			t.Fatalf("after the kill: %+v, want a standing by", c)
+		// b may take the freed lock before a's next check notices the loss:
+		// the overlap the package comment describes.
+		bActive := false
+		for c := next(t, changes); c != (change{"a", false}); c = next(t, changes) {
+			if c != (change{"b", true}) {
+				t.Fatalf("after the kill: %+v, want a standing by (or b taking over first)", c)
+			}
+			bActive = true
 		}
-		if c := next(t, changes); !c.active {
-			t.Fatalf("after the kill: %+v, want an instance active", c)
+		if !bActive {
+			if c := next(t, changes); !c.active {
+				t.Fatalf("after a stood by: %+v, want an instance active", c)
+			}
 		}
 	})
 }
