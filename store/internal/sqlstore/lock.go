@@ -58,8 +58,10 @@ func keyArgs(key string, n int) []any {
 }
 
 // TryLock tries once to take the lock name of this store's table on a
-// dedicated connection of db (see core.Locker). It is an error on a dialect
-// without named locks.
+// dedicated connection of db (see core.Locker). The lock's key is the table
+// name as the store was configured with it and name, so processes that
+// share a table must name it alike (all schema-qualified, or none). It is an
+// error on a dialect without named locks.
 func (s *Store) TryLock(ctx context.Context, db core.Conner, name string) (core.Lock, bool, error) {
 	stmts := s.locks
 	if stmts == nil {
@@ -93,6 +95,8 @@ func discard(conn *sql.Conn) {
 	_ = conn.Close()
 }
 
+var _ core.Lock = (*namedLock)(nil)
+
 // namedLock is a held lock: the session of conn holds it.
 type namedLock struct {
 	stmts *namedLockStmts
@@ -102,6 +106,8 @@ type namedLock struct {
 	conn *sql.Conn  // nil after Unlock
 }
 
+// Check asks the lock's session whether it still holds the lock (see
+// core.Lock). It runs on the lock's connection, so a lost session fails it.
 func (l *namedLock) Check(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -118,6 +124,8 @@ func (l *namedLock) Check(ctx context.Context) error {
 	return nil
 }
 
+// Unlock releases the lock and returns the connection to the pool, or
+// closes the session when the release fails (see core.Lock).
 func (l *namedLock) Unlock(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
