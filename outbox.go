@@ -203,7 +203,7 @@ func New(cfg Config) (*Outbox, error) {
 		pc.Store = cmp.Or(pc.Store, core.Purger(cfg.Store))
 		pc.DB = cmp.Or(pc.DB, core.DBTX(cfg.DB))
 		pc.Logger = loggerOr(pc.Logger, cfg.Logger)
-		if cfg.Mode != SingleNode && pc.Locker == nil {
+		if cfg.sharedTable() && pc.Locker == nil {
 			// Several processes share the table: one purges at a time. A
 			// store without named locks (SQLite) purges unlocked, which is
 			// safe, and a pool without dedicated connections too.
@@ -222,6 +222,11 @@ func New(cfg Config) (*Outbox, error) {
 	}
 	return o, nil
 }
+
+// sharedTable reports whether other processes use the table too: every
+// mode but SingleNode. It switches on what several processes need (the
+// purge lock; the cross-instance wake-up).
+func (c Config) sharedTable() bool { return c.Mode != SingleNode }
 
 // newGate returns the single-active gate of cfg (validated), which wakes
 // the poller when this instance becomes the active one, so that it claims
