@@ -14,10 +14,10 @@
 // age is measured from done_at, the time it became terminal.
 //
 // Several instances running a Purger on one table set Config.Locker (the
-// store's core.Locker; outbox.New does it in MultiNode mode): each run then
-// takes a database lock of the table first (pg_try_advisory_lock on
-// PostgreSQL, GET_LOCK on MySQL and MariaDB) on a dedicated connection,
-// holds it to its last batch, and is skipped when another instance's run
+// store's core.Locker; outbox.New does it in MultiNode and WriterOnly
+// modes): each run then takes a database lock of the table first
+// (pg_try_advisory_lock on PostgreSQL, GET_LOCK on MySQL and MariaDB) on a
+// dedicated connection, holds it to its last batch, and is skipped when another instance's run
 // holds it, so one instance purges at a time and the jittered intervals make
 // them take turns. SQLite has no such lock: one process owns the file.
 //

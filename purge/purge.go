@@ -67,10 +67,10 @@ type Config struct {
 	// dedicated connection of DB, which must then be a pool that hands out
 	// connections (*sql.DB, *sqlx.DB), holds it until its last batch, and
 	// is skipped when another instance holds it. Find a store's locker with
-	// core.StoreAs[core.Locker](store); outbox.New does so in MultiNode
-	// mode. Default nil: every run purges, which is safe too (concurrent
-	// deletes remove each row once) but makes instances contend for the same
-	// rows.
+	// core.StoreAs[core.Locker](store); outbox.New does so in MultiNode and
+	// WriterOnly modes. Default nil: every run purges, which is safe too
+	// (concurrent deletes remove each row once) but makes instances contend
+	// for the same rows.
 	Locker core.Locker
 
 	// Logger receives a line at info level for each run that deleted rows,
