@@ -28,16 +28,70 @@
 //
 // # Modes
 //
-// SingleNode (the default) runs everything in this process. WriterOnly runs
-// only the Writer, without a hook, for processes that write events which
-// another process (a delivering Outbox, or change data capture) delivers.
-// MultiNode is for several processes delivering from one table.
+// Config.Mode says how many processes share the table, and switches on what
+// several processes need:
+//
+//	                           SingleNode  MultiNode           MultiNode+SingleActive  WriterOnly
+//	Writer (hot-path hook)     yes         yes                 yes (every instance)    yes, no hook
+//	Dispatcher                 yes         yes                 yes (every instance)    no
+//	Poller claims              yes         every instance      the active one only     no
+//	lease owner                as given    made unique         made unique             -
+//	Purger (Config.Purge)      unlocked    one at a time       one at a time           one at a time
+//	relay lock connection      -           -                   1 per instance          -
+//
+// SingleNode (the default) is one process using its table: nothing in it
+// coordinates with other processes. MultiNode is for several processes on
+// one table (MultiNode instances, and WriterOnly processes): a lease owner
+// unique per process (New appends a random suffix to an explicit
+// Dispatch.Owner, so that a value from shared configuration cannot
+// collide), and a purge that runs on one instance at a time: each run takes
+// the table's purge lock (core.Locker: pg_try_advisory_lock on PostgreSQL,
+// GET_LOCK on MySQL and MariaDB) and is skipped when another instance holds
+// it. WriterOnly runs only the Writer, without a hook, for processes whose
+// events another process (a MultiNode Outbox, or change data capture)
+// delivers; its purger, if any, takes the purge lock too. SQLite has no
+// named locks (one process owns the file): its purge runs unlocked, which is
+// safe, and SingleActive is refused. The lease settings (Poller.LeaseTimeout
+// and the dispatcher's) mean the same in every mode: even one instance
+// reclaims its own expired leases.
+//
+// # Single-active relay
+//
+// With Config.SingleActive (MultiNode only), one instance per table is the
+// active one: it holds the table's relay lock, a session-level advisory lock
+// (GET_LOCK on MySQL and MariaDB) on one dedicated connection of Config.DB,
+// and only its poller claims. The others stand by: their pollers claim
+// nothing, and every SingleActiveInterval (1 s by default) they try the
+// lock. The active instance checks its lock connection as often and stands
+// by as soon as the check fails, so an instance that lost its connection
+// stops claiming. When the active process dies its session ends, the lock
+// is free, and a standby takes it at its next try and polls at once, so it
+// takes over within about one interval (docs/RELIABILITY.md has the
+// takeover times measured after kill -9).
+//
+// The hot path stays on in every instance: an event written through Do is
+// leased by the instance that wrote it, so that instance delivers it, active
+// or not, without waiting for a poll. What goes to the active instance is
+// everything the pollers claim: events written without the hot path
+// (Writer.WriteTx on a plain *sql.Tx, WriterOnly processes), retries, events
+// a full hot queue refused, and the events of a crashed instance once their
+// lease expires. Use it when one claimer is what you want, e.g. to keep the
+// table's claim traffic to one instance, or for listeners that should not
+// run concurrently across instances for polled events.
+//
+// The lock makes one claimer the normal state; it does not carry
+// correctness. Between the loss of the active instance's session and its
+// next check, a standby may already hold the lock, so two instances may
+// claim for up to about two intervals; the leases, fenced by owner, keep
+// that safe as they keep any number of claimers safe. The lock's connection
+// counts against the pool's SetMaxOpenConns. A host that vanishes without
+// closing its connections holds the lock until the server drops the session
+// (TCP keepalive, or MySQL's wait_timeout).
 //
 // # Several nodes on one database
 //
-// Running the same service on several nodes needs no other configuration
-// than one node does, because the components already share the table
-// safely:
+// Running the same service on several nodes needs MultiNode and nothing
+// else, because the components already share the table safely:
 //
 //   - The poller always claims with a lease (owner token and time); two
 //     pollers, in one process or several, never hold the same event at once,
@@ -52,24 +106,17 @@
 //     its own poller when they fall due, so the poll interval does not delay
 //     them.
 //
-// What several nodes do need is a distinct lease owner per process: two
-// processes with the same owner could write back each other's claims. The
-// default owner (hostname-pid-random) is unique; in MultiNode mode New also
-// appends a random suffix to an explicit Dispatch.Owner, so that a value
-// from shared configuration cannot collide. That is the only difference
-// between the SingleNode and MultiNode wiring.
-//
 // What it does not give: delivery stays at-least-once (listeners deduplicate
 // on the event id), and there is no ordering between events, within a node
 // or across nodes. Events held by a node that crashed are claimed by another
-// node only once their lease expires (Poller.LeaseTimeout, 5 minutes by
-// default; it must exceed the time an event waits in a queue plus its
-// delivery). Events written without a txctx transaction (Writer.WriteTx with
-// a plain *sql.Tx) or by WriterOnly processes are delivered by whichever
-// poller claims them first, within Poller.Interval (5 s by default). With N
-// nodes the table sees N polls per interval; raise Interval if that matters
-// more than latency for those events. The purger may run on every node: its
-// runs are jittered and concurrent deletes remove each row once.
+// node only once their lease expires (Poller.LeaseTimeout; it must exceed
+// the time an event waits in a queue plus its delivery). Events written
+// without a txctx transaction (Writer.WriteTx with a plain *sql.Tx) or by
+// WriterOnly processes are delivered by whichever poller claims them first
+// (the active one under SingleActive), within Poller.Interval (5 s by
+// default). With N nodes the table sees N polls per interval (one claiming
+// poll under SingleActive); raise Interval if that matters more than latency
+// for those events.
 //
 // # Shutdown
 //

@@ -8,12 +8,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
+	"github.com/outboxkit/outbox/internal/active"
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/lifecycle"
 	"github.com/outboxkit/outbox/poller"
@@ -25,21 +27,25 @@ import (
 type Mode int
 
 const (
-	// SingleNode: this process is the only one delivering from its table. It
-	// runs a Writer whose hook feeds the dispatcher's hot queue, a Dispatcher
-	// and a Poller (and a Purger when Config.Purge is set).
+	// SingleNode: this process is the only one using its table. It runs a
+	// Writer whose hook feeds the dispatcher's hot queue, a Dispatcher and a
+	// Poller (and a Purger when Config.Purge is set), and nothing that
+	// coordinates with other processes.
 	SingleNode Mode = iota
-	// MultiNode: several processes deliver from one table. The components
-	// and their defaults are those of SingleNode; what several processes need
-	// on top is a distinct lease owner per process, so New makes an explicit
-	// Config.Dispatch.Owner unique by appending a random suffix. See the
-	// package documentation for what does and does not change.
+	// MultiNode: several processes share one table (other MultiNode
+	// instances, WriterOnly processes). It runs what SingleNode runs, plus
+	// what several processes need: a lease owner made unique per process
+	// (New appends a random suffix to an explicit Config.Dispatch.Owner), a
+	// purge that runs on one instance at a time (each run takes the
+	// table's purge lock and is skipped when another instance holds it),
+	// and, with Config.SingleActive, one claiming instance at a time. See
+	// the package documentation for a table of what each mode runs.
 	MultiNode
-	// WriterOnly: this process only writes; another process (a delivering
+	// WriterOnly: this process only writes; another process (a MultiNode
 	// Outbox, or CDC) delivers. It runs a Writer without a hook, and no
-	// Dispatcher or Poller (a Purger when Config.Purge is set). Its events
-	// are inserted unleased, so the pollers of the delivering processes
-	// claim them at their next poll.
+	// Dispatcher or Poller (a Purger when Config.Purge is set, under the
+	// purge lock as in MultiNode). Its events are inserted unleased, so the
+	// pollers of the delivering processes claim them at their next poll.
 	WriterOnly
 )
 
@@ -79,6 +85,24 @@ type Config struct {
 	Registry *core.Registry
 	// Mode is the deployment. Default SingleNode.
 	Mode Mode
+	// SingleActive, in MultiNode mode only, makes one instance per table
+	// the active one, which claims and delivers the polled events; the
+	// others stand by. The active instance holds a lock of the table on one
+	// dedicated connection of DB (a session-level pg_try_advisory_lock on
+	// PostgreSQL, GET_LOCK on MySQL and MariaDB; SQLite has none, and New
+	// refuses SingleActive there) and checks it every
+	// SingleActiveInterval; a standby tries to take it as often, so it
+	// takes over within about two intervals when the active process dies or
+	// loses its connection. Every instance keeps its hot path: events
+	// written through Do are leased to the instance that wrote them and
+	// delivered by it, whether active or standing by; their retries, and
+	// everything written without the hot path, go to the active one.
+	// Default false: every instance claims.
+	SingleActive bool
+	// SingleActiveInterval is how often a standby tries the relay lock and
+	// the active instance checks it (each check must answer within it).
+	// Default 1 s. It must be zero unless SingleActive is set.
+	SingleActiveInterval time.Duration
 
 	// Dispatch overrides the dispatcher's configuration (workers, queue
 	// sizes, MaxAttempts, Retry, DrainTimeout, interceptors...). Its zero
@@ -115,6 +139,7 @@ type Outbox struct {
 	writer     *core.Writer
 	dispatcher *dispatch.Dispatcher
 	poller     *poller.Poller
+	gate       *active.Gate // SingleActive only
 	purger     *purge.Purger
 	txm        *txctx.Manager
 
@@ -157,6 +182,12 @@ func New(cfg Config) (*Outbox, error) {
 		}
 		pc := cfg.Poller
 		pc.Store = cmp.Or(pc.Store, cfg.Store)
+		if cfg.SingleActive {
+			if o.gate, err = o.newGate(cfg); err != nil {
+				return nil, err
+			}
+			pc.Store = o.gate.Store(pc.Store)
+		}
 		pc.DB = cmp.Or(pc.DB, core.DBTX(cfg.DB))
 		pc.Handler = o.dispatcher
 		pc.Owner = o.dispatcher.Owner()
@@ -172,6 +203,15 @@ func New(cfg Config) (*Outbox, error) {
 		pc.Store = cmp.Or(pc.Store, core.Purger(cfg.Store))
 		pc.DB = cmp.Or(pc.DB, core.DBTX(cfg.DB))
 		pc.Logger = loggerOr(pc.Logger, cfg.Logger)
+		if cfg.sharedTable() && pc.Locker == nil {
+			// Several processes share the table: one purges at a time. A
+			// store without named locks (SQLite) purges unlocked, which is
+			// safe, and a pool without dedicated connections too.
+			_, conner := pc.DB.(core.Conner)
+			if locker, ok := core.StoreAs[core.Locker](cfg.Store); ok && conner {
+				pc.Locker = locker
+			}
+		}
 		if o.purger, err = purge.New(pc); err != nil {
 			return nil, err
 		}
@@ -183,6 +223,30 @@ func New(cfg Config) (*Outbox, error) {
 	return o, nil
 }
 
+// sharedTable reports whether other processes use the table too: every
+// mode but SingleNode. It switches on what several processes need (the
+// purge lock; the cross-instance wake-up).
+func (c Config) sharedTable() bool { return c.Mode != SingleNode }
+
+// newGate returns the single-active gate of cfg (validated), which wakes
+// the poller when this instance becomes the active one, so that it claims
+// at once instead of at its next interval.
+func (o *Outbox) newGate(cfg Config) (*active.Gate, error) {
+	locker, _ := core.StoreAs[core.Locker](cfg.Store)
+	return active.New(active.Config{
+		Locker:   locker,
+		DB:       cfg.DB.(core.Conner),
+		Interval: cfg.SingleActiveInterval,
+		// o.poller is set before Start, which starts the gate's goroutine.
+		OnChange: func(active bool) {
+			if active {
+				o.poller.Wake()
+			}
+		},
+		Logger: cfg.Logger,
+	})
+}
+
 // validate reports the first rule of c that New cannot accept: the fields
 // of c itself, then the rules between the components' settings that no
 // component can check on its own. The components validate their own fields
@@ -192,6 +256,19 @@ func (c Config) validate() error {
 	v.Require("DB", !nilDB(c.DB))
 	v.Require("Store", c.Store != nil)
 	v.Check(c.Mode >= SingleNode && c.Mode <= WriterOnly, "unknown Mode %d", int(c.Mode))
+	if v.Err() != nil {
+		return v.Err()
+	}
+	v.Check(!c.SingleActive || c.Mode == MultiNode,
+		"SingleActive is set in %s mode; it chooses one of several delivering instances: use MultiNode", c.Mode)
+	config.NonNegative(&v, "SingleActiveInterval", c.SingleActiveInterval)
+	v.Check(c.SingleActiveInterval == 0 || c.SingleActive, "SingleActiveInterval is set without SingleActive")
+	if c.SingleActive {
+		_, locks := core.StoreAs[core.Locker](c.Store)
+		v.Check(locks, "SingleActive needs a store with named locks (core.Locker: PostgreSQL, MySQL, MariaDB); %T has none", c.Store)
+		_, conner := c.DB.(core.Conner)
+		v.Check(conner, "SingleActive needs a DB that hands out dedicated connections (*sql.DB, *sqlx.DB); %T does not", c.DB)
+	}
 	if v.Err() != nil {
 		return v.Err()
 	}
@@ -299,6 +376,16 @@ func (o *Outbox) Dispatcher() *dispatch.Dispatcher { return o.dispatcher }
 // Poller returns the poller, or nil in WriterOnly mode.
 func (o *Outbox) Poller() *poller.Poller { return o.poller }
 
+// Active reports whether this instance claims polled events: always in
+// SingleNode mode and in MultiNode mode without SingleActive, never in
+// WriterOnly mode, and with SingleActive while it holds the relay lock.
+func (o *Outbox) Active() bool {
+	if o.gate != nil {
+		return o.gate.Active()
+	}
+	return o.poller != nil
+}
+
 // Purger returns the purger, or nil when Config.Purge was nil.
 func (o *Outbox) Purger() *purge.Purger { return o.purger }
 
@@ -314,7 +401,8 @@ func (o *Outbox) Do(ctx context.Context, fn func(ctx context.Context) error) err
 	return o.txm.Do(ctx, fn)
 }
 
-// Start starts the dispatcher, then the poller, then the purger, and returns
+// Start starts the dispatcher, then (with SingleActive) the election of the
+// active instance, then the poller, then the purger, and returns
 // at once. If one fails to start, those already started are closed and the
 // error is returned. It returns core.ErrAlreadyStarted when called twice and
 // core.ErrClosed after Close.
@@ -353,6 +441,9 @@ func (o *Outbox) components() []component {
 	if o.dispatcher != nil {
 		cs = append(cs, o.dispatcher)
 	}
+	if o.gate != nil {
+		cs = append(cs, o.gate)
+	}
 	if o.poller != nil {
 		cs = append(cs, o.poller)
 	}
@@ -362,8 +453,9 @@ func (o *Outbox) components() []component {
 	return cs
 }
 
-// Close stops the poller first, so that nothing new is claimed, then the
-// dispatcher (which drains its queues for up to Dispatch.DrainTimeout and
+// Close stops the poller first, so that nothing new is claimed, then (with
+// SingleActive) releases the relay lock, so that a standby takes over while
+// this instance drains, then the dispatcher (which drains its queues for up to Dispatch.DrainTimeout and
 // releases the leases of what it did not deliver), then the purger. It
 // returns when no goroutine of any component is left. When ctx is done
 // first, the dispatcher cancels its running listeners and every component
@@ -373,11 +465,16 @@ func (o *Outbox) Close(ctx context.Context) error { return o.life.Close(ctx) }
 
 // closeComponents is the shutdown of an Outbox, whether Close or the end of
 // Start's context begins it: the poller first, so that nothing new is
-// claimed, then the dispatcher, then the purger. ctx ends when Close's does.
+// claimed, then the gate (releasing the relay lock only once this instance
+// claims no more), then the dispatcher, then the purger. ctx ends when
+// Close's does.
 func (o *Outbox) closeComponents(ctx context.Context) error {
 	var errs []error
 	if o.poller != nil {
 		errs = append(errs, o.poller.Close(ctx))
+	}
+	if o.gate != nil {
+		errs = append(errs, o.gate.Close(ctx))
 	}
 	if o.dispatcher != nil {
 		errs = append(errs, o.dispatcher.Close(ctx))

@@ -167,6 +167,16 @@ func TestNewValidates(t *testing.T) {
 		{"bad dispatch config", func(c *outbox.Config) { c.Dispatch.Workers = -1 }, "Workers is negative"},
 		{"bad poller config", func(c *outbox.Config) { c.Poller.BatchSize = -1 }, "BatchSize is negative"},
 		{"bad purge config", func(c *outbox.Config) { c.Purge = &purge.Config{Retention: -1} }, "Retention is negative"},
+		{"single active in single node", func(c *outbox.Config) { c.SingleActive = true }, "SingleActive is set in SingleNode"},
+		{"single active without named locks", func(c *outbox.Config) {
+			c.Mode, c.SingleActive = outbox.MultiNode, true
+		}, "SingleActive needs a store with named locks"},
+		{"single active interval alone", func(c *outbox.Config) {
+			c.Mode, c.SingleActiveInterval = outbox.MultiNode, time.Second
+		}, "SingleActiveInterval is set without SingleActive"},
+		{"negative single active interval", func(c *outbox.Config) {
+			c.Mode, c.SingleActive, c.SingleActiveInterval = outbox.MultiNode, true, -1
+		}, "SingleActiveInterval is negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,6 +13,14 @@
 // Rows that are NEW or RETRY are never touched, whatever their age; a row's
 // age is measured from done_at, the time it became terminal.
 //
+// Several instances running a Purger on one table set Config.Locker (the
+// store's core.Locker; outbox.New does it in MultiNode and WriterOnly
+// modes): each run then takes a database lock of the table first
+// (pg_try_advisory_lock on PostgreSQL, GET_LOCK on MySQL and MariaDB) on a
+// dedicated connection, holds it to its last batch, and is skipped when another instance's run
+// holds it, so one instance purges at a time and the jittered intervals make
+// them take turns. SQLite has no such lock: one process owns the file.
+//
 // DEAD rows wait for an operator (see package dead), so they may deserve a
 // longer retention than DONE rows: set Config.DeadRetention, or
 // Config.KeepDead to keep them until someone replays or deletes them.

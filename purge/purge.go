@@ -23,6 +23,13 @@ const (
 	DefaultQueryTimeout = 30 * time.Second
 )
 
+// LockName is the name of the purge's lock (see Config.Locker).
+const LockName = "purge"
+
+// ErrLocked is returned by RunOnce when another instance's purge holds the
+// lock (see Config.Locker): the run was skipped and deleted nothing.
+var ErrLocked = errors.New("outbox purge: another instance is purging")
+
 // jitterFraction spreads the runs of several instances: each wait is the
 // interval plus or minus this fraction of it.
 const jitterFraction = 10
@@ -55,6 +62,17 @@ type Config struct {
 	// QueryTimeout bounds each batch statement. Default 30 s.
 	QueryTimeout time.Duration
 
+	// Locker, when set, makes the purge run on one instance at a time: each
+	// run first takes the lock LockName of the table (core.Locker) on a
+	// dedicated connection of DB, which must then be a pool that hands out
+	// connections (*sql.DB, *sqlx.DB), holds it until its last batch, and
+	// is skipped when another instance holds it. Find a store's locker with
+	// core.StoreAs[core.Locker](store); outbox.New does so in MultiNode and
+	// WriterOnly modes. Default nil: every run purges, which is safe too
+	// (concurrent deletes remove each row once) but makes instances contend
+	// for the same rows.
+	Locker core.Locker
+
 	// Logger receives a line at info level for each run that deleted rows,
 	// and the errors of background runs. Default: the zero (silent) logger;
 	// the global logger is never used.
@@ -75,6 +93,10 @@ func (c Config) validate() error {
 	config.NonNegative(&v, "BatchSize", c.BatchSize)
 	config.NonNegative(&v, "Interval", c.Interval)
 	config.NonNegative(&v, "QueryTimeout", c.QueryTimeout)
+	if c.Locker != nil && c.DB != nil {
+		_, conner := c.DB.(core.Conner)
+		v.Check(conner, "Locker is set but DB (%T) hands out no dedicated connection (it needs a Conn method, as *sql.DB has)", c.DB)
+	}
 	return v.Err()
 }
 
@@ -143,7 +165,8 @@ func (p *Purger) Close(ctx context.Context) error { return p.loop.Close(ctx) }
 // (unless Config.KeepDead) DEAD rows older than Config.DeadRetention, batch
 // after batch until a batch deletes fewer than Config.BatchSize rows. It
 // returns how many rows it deleted. On a failed batch it stops and returns
-// the rows deleted so far with the error. After Close it returns
+// the rows deleted so far with the error. With Config.Locker, it returns
+// ErrLocked when another instance is purging. After Close it returns
 // core.ErrClosed.
 func (p *Purger) RunOnce(ctx context.Context) (int64, error) {
 	if p.loop.Closed() {
@@ -162,6 +185,12 @@ func (p *Purger) background(ctx context.Context, stop <-chan struct{}) {
 		case <-timer.C:
 		}
 		n, err := p.run(ctx, stop)
+		if errors.Is(err, ErrLocked) {
+			// Another instance runs this purge; ours waits for the next
+			// interval, jittered, so the instances keep taking turns.
+			p.log.Debug().Msg("outbox purge skipped: another instance holds the purge lock")
+			err = nil
+		}
 		if err != nil && !stopping(ctx, stop) {
 			p.log.Error().Err(err).Int64("deleted", n).Msg("outbox purge failed; retrying at the next run")
 		}
@@ -187,8 +216,32 @@ func (p *Purger) nextWait() time.Duration {
 	return p.cfg.Interval - j + rand.N(2*j+1)
 }
 
-// run deletes batch after batch until a short batch, a failure, or stop.
+// run takes the purge lock when there is one, and purges.
 func (p *Purger) run(ctx context.Context, stop <-chan struct{}) (int64, error) {
+	if p.cfg.Locker == nil {
+		return p.purge(ctx, stop)
+	}
+	lock, ok, err := p.cfg.Locker.TryLock(ctx, p.cfg.DB.(core.Conner), LockName)
+	if err != nil {
+		return 0, fmt.Errorf("purge: %w", err)
+	}
+	if !ok {
+		return 0, ErrLocked
+	}
+	// The lock is held for the whole run, so that a second instance never
+	// starts while this one still has batches to go. Unlock runs even when
+	// ctx is done (it detaches from it itself). Losing the lock during the
+	// run (its session dropped) is harmless: a second purger deletes other
+	// rows or the same ones once.
+	n, err := p.purge(ctx, stop)
+	if uerr := lock.Unlock(ctx); uerr != nil {
+		p.log.Warn().Err(uerr).Msg("outbox purge: releasing the purge lock failed; its session was closed instead")
+	}
+	return n, err
+}
+
+// purge deletes batch after batch until a short batch, a failure, or stop.
+func (p *Purger) purge(ctx context.Context, stop <-chan struct{}) (int64, error) {
 	started := time.Now()
 	now := p.cfg.Now()
 	params := core.PurgeParams{DoneBefore: now.Add(-p.cfg.Retention), Limit: p.cfg.BatchSize}

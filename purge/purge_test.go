@@ -227,6 +227,7 @@ func TestConfig(t *testing.T) {
 		{"negative batch", Config{Store: store, DB: db, BatchSize: -1}},
 		{"negative interval", Config{Store: store, DB: db, Interval: -1}},
 		{"negative timeout", Config{Store: store, DB: db, QueryTimeout: -1}},
+		{"locker on a DB without connections", Config{Store: store, DB: db, Locker: nopLocker{}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -60,7 +60,13 @@ func (b *syncBuffer) String() string {
 
 func startProc(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, cmd: exec.Command(helperBinary(t), args...), exited: make(chan struct{}), changed: make(chan struct{})}
+	return startBinary(t, helperBinary(t), name, args...)
+}
+
+// startBinary starts the helper binary bin as the process name.
+func startBinary(t *testing.T, bin, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: exec.Command(bin, args...), exited: make(chan struct{}), changed: make(chan struct{})}
 	p.cmd.Stderr = &p.stderr
 	stdin, err := p.cmd.StdinPipe()
 	if err != nil {

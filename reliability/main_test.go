@@ -51,6 +51,8 @@ type size struct {
 
 	overflowEvents int
 	leaseEvents    int
+
+	takeovers int // kills of the active relay in the single-active test
 }
 
 var sizes = map[string]size{
@@ -61,6 +63,7 @@ var sizes = map[string]size{
 		poisonEvents: 1000, poisonRate: 250,
 		overflowEvents: 10000,
 		leaseEvents:    8,
+		takeovers:      3,
 	},
 	"long": {
 		name:        "long",
@@ -70,6 +73,7 @@ var sizes = map[string]size{
 		poisonEvents: 10000, poisonRate: 500,
 		overflowEvents: 10000,
 		leaseEvents:    50,
+		takeovers:      10,
 	},
 }
 
@@ -103,36 +107,57 @@ func TestMain(m *testing.M) {
 }
 
 var (
-	helperOnce sync.Once
-	helperPath string
-	helperErr  error
+	helpersMu sync.Mutex
+	helpers   = map[string]*helper{} // by package name under internal/
 )
+
+// helper is one helper binary, built once per test binary.
+type helper struct {
+	once sync.Once
+	path string
+	err  error
+}
 
 // helperBinary builds reliability/internal/chaosnode once per test binary,
 // into the directory TestMain created, and returns its path.
 func helperBinary(t *testing.T) string {
 	t.Helper()
-	helperOnce.Do(func() {
+	return buildHelper(t, "chaosnode")
+}
+
+// buildHelper builds the command reliability/internal/<name> once per test
+// binary (with -race in the long mode), into the directory TestMain
+// created, and returns its path.
+func buildHelper(t *testing.T, name string) string {
+	t.Helper()
+	helpersMu.Lock()
+	h := helpers[name]
+	if h == nil {
+		h = &helper{}
+		helpers[name] = h
+	}
+	helpersMu.Unlock()
+	h.once.Do(func() {
 		goTool, err := exec.LookPath("go")
 		if err != nil {
 			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
 		}
-		helperPath = filepath.Join(helperDir, "chaosnode")
-		args := []string{"build", "-o", helperPath}
+		h.path = filepath.Join(helperDir, name)
+		args := []string{"build", "-o", h.path}
 		if cfg.crashHelperRace {
 			args = append(args, "-race")
 		}
-		args = append(args, "./internal/chaosnode")
+		args = append(args, "./internal/"+name)
 		cmd := exec.Command(goTool, args...)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
-			helperErr = fmt.Errorf("go %v: %v\n%s", args, err, out)
+			h.err = fmt.Errorf("go %v: %v\n%s", args, err, out)
 		}
 	})
-	if helperErr != nil {
-		t.Fatal(helperErr)
+	if h.err != nil {
+		t.Fatal(h.err)
 	}
-	return helperPath
+	return h.path
 }
 
 // cleanupCtx is for SQL run in t.Cleanup, when the test's contexts are done.

@@ -152,6 +152,7 @@ func dialect(claim ClaimStrategy) (sqlstore.Dialect, error) {
 		MaxParams:         65535,
 		IsUniqueViolation: isUniqueViolation,
 		IsRetryable:       isRetryable,
+		NamedLock:         namedLock,
 	}
 	switch claim {
 	case ClaimSkipLocked:
@@ -166,6 +167,18 @@ func dialect(claim ClaimStrategy) (sqlstore.Dialect, error) {
 	}
 	return d, nil
 }
+
+// namedLock: GET_LOCK, which is per server, not per database, so the name
+// starts with the session's database; it is hashed because lock names are
+// limited to 64 characters. The lock belongs to the session: it is released
+// when the connection ends.
+var namedLock = &sqlstore.NamedLockSQL{
+	TryLock: "SELECT GET_LOCK(" + lockName + ", 0)",
+	Held:    "SELECT COALESCE(IS_USED_LOCK(" + lockName + ") = CONNECTION_ID(), 0)",
+	Unlock:  "SELECT COALESCE(RELEASE_LOCK(" + lockName + "), 0)",
+}
+
+const lockName = "CONCAT('outbox.', SHA1(CONCAT(COALESCE(DATABASE(), ''), '.', ?)))"
 
 // ClaimStrategy returns the store's claim strategy.
 func (s *Store) ClaimStrategy() ClaimStrategy { return s.claim }

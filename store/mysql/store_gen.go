@@ -15,6 +15,7 @@ var (
 	_ core.BatchMarker = (*Store)(nil)
 	_ core.DoneDeleter = (*Store)(nil)
 	_ core.Inspector   = (*Store)(nil)
+	_ core.Locker      = (*Store)(nil)
 )
 
 // Table returns the table this store works on, schema-qualified when it has a
@@ -127,4 +128,11 @@ func (s *Store) Stats(ctx context.Context, db core.DBTX) (core.Stats, error) {
 // p.Limit. It implements core.Inspector.
 func (s *Store) CountPurgeable(ctx context.Context, db core.DBTX, p core.PurgeParams) (done, dead int64, err error) {
 	return s.shared.CountPurgeable(ctx, db, p)
+}
+
+// TryLock tries once, without waiting, to take the lock name of this store's table
+// on a dedicated connection of db, and returns it held, or false when
+// another session holds it. It implements core.Locker.
+func (s *Store) TryLock(ctx context.Context, db core.Conner, name string) (core.Lock, bool, error) {
+	return s.shared.TryLock(ctx, db, name)
 }

@@ -80,7 +80,22 @@ func dialect() sqlstore.Dialect {
 		MaxParams:         65535,
 		IsUniqueViolation: isUniqueViolation,
 		IsRetryable:       isRetryable,
+		NamedLock:         namedLock,
 	}
+}
+
+// namedLock: session-level advisory locks, on a 64-bit key hashed from the
+// lock key (table and lock name). Advisory locks are per database, and the
+// key space is shared with the application's own advisory locks; a
+// collision with one of those would only make a purge run or a relay wait.
+// pg_locks shows a bigint key as its high half in classid and its low half
+// in objid, with objsubid 1.
+var namedLock = &sqlstore.NamedLockSQL{
+	TryLock: "SELECT pg_try_advisory_lock(hashtextextended(?, 0))",
+	Held: "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted " +
+		"AND objsubid = 1 AND classid::bigint = (hashtextextended(?, 0) >> 32) & 4294967295 " +
+		"AND objid::bigint = hashtextextended(?, 0) & 4294967295)",
+	Unlock: "SELECT pg_advisory_unlock(hashtextextended(?, 0))",
 }
 
 // sqlState returns the SQLSTATE of a PostgreSQL error: pgx's *pgconn.PgError,

@@ -1,8 +1,8 @@
 // Package storetest is the conformance suite of outbox stores: it checks,
 // against a real database, everything core.Store and its optional
 // capabilities promise (insert, claim, lease fencing, write-backs, DONE
-// batches, dead events, purge, statistics, schema, and, on a database server,
-// concurrent claimers on separate pools). The stores of this module run it
+// batches, dead events, purge, named locks, statistics, schema, and, on a
+// database server, concurrent claimers on separate pools). The stores of this module run it
 // on SQLite, PostgreSQL and MariaDB; run it on your own store, or on one of
 // this module's stores over another database (CockroachDB through
 // store/postgres, TiDB through store/mysql), to know that the outbox works
@@ -88,7 +88,7 @@ func Run(t *testing.T, cfg Config) {
 	if cfg.NewTarget == nil {
 		t.Fatal("storetest: Config.NewTarget is required")
 	}
-	all := slices.Concat(insertTests, claimTests, writeBackTests, batchTests, deadTests, purgeTests, statsTests, schemaTests)
+	all := slices.Concat(insertTests, claimTests, writeBackTests, batchTests, deadTests, purgeTests, lockTests, statsTests, schemaTests)
 	if cfg.NewStore != nil {
 		all = append(all, test{"BadTableNames", func(t *testing.T, _ Target) { testBadTableNames(t, cfg.NewStore) }})
 	}

@@ -83,8 +83,16 @@ func (c *conn) QueryContext(_ context.Context, query string, _ []driver.NamedVal
 		return &rows{cols: eventColumns, vals: [][]driver.Value{pendingRow()}}, nil
 	case strings.HasPrefix(query, "SELECT COUNT(*) FROM information_schema"):
 		return &rows{cols: []string{"n"}, vals: [][]driver.Value{{int64(0)}}}, nil
+	case isLockQuery(query):
+		return &rows{cols: []string{"ok"}, vals: [][]driver.Value{{true}}}, nil
 	}
 	return &rows{}, nil
+}
+
+// isLockQuery reports a statement of the named locks (core.Locker), which
+// the recorder answers as taken, held and released, so that all three show.
+func isLockQuery(query string) bool {
+	return strings.Contains(query, "advisory") || strings.Contains(query, "_LOCK(")
 }
 
 type tx struct{ r *recorder }

@@ -136,6 +136,21 @@ var ops = []op{
 	}},
 }
 
+// lockOps cover the named locks of the stores that have them (core.Locker).
+var lockOps = []op{
+	{"lock", "TryLock, Check and Unlock", func(ctx context.Context, st Store, db core.DBTX) error {
+		locker, _ := core.StoreAs[core.Locker](st)
+		l, ok, err := locker.TryLock(ctx, db.(core.Conner), "purge")
+		if err != nil || !ok {
+			return fmt.Errorf("lock not taken (ok=%v): %w", ok, err)
+		}
+		if err := l.Check(ctx); err != nil {
+			return err
+		}
+		return l.Unlock(ctx)
+	}},
+}
+
 // Record runs every operation on st over the recording driver and returns
 // the golden files' contents by file name (without ".sql").
 func Record(st Store) map[string]string {
@@ -143,7 +158,11 @@ func Record(st Store) map[string]string {
 	defer db.Close()
 	ctx := context.Background()
 	files := map[string]*strings.Builder{}
-	for _, o := range ops {
+	all := ops
+	if _, ok := core.StoreAs[core.Locker](st); ok {
+		all = append(slices.Clip(all), lockOps...)
+	}
+	for _, o := range all {
 		// The store's own error is irrelevant: the recorder answers only as
 		// far as the store's next statement needs.
 		_ = o.run(ctx, st, db)

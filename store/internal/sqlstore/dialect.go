@@ -93,6 +93,9 @@ type Dialect struct {
 	MaxParams int
 	// IsUniqueViolation reports a duplicate key error. Required.
 	IsUniqueViolation func(error) bool
+	// NamedLock is the SQL of the named locks the store offers as
+	// core.Locker; nil when the database has none (SQLite).
+	NamedLock *NamedLockSQL
 	// IsRetryable reports an error after which the statement may simply be run
 	// again (deadlock, lock wait timeout, serialization failure, busy).
 	IsRetryable func(error) bool

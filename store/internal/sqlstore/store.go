@@ -30,12 +30,14 @@ type Store struct {
 	claimReadBack string
 
 	leases leaseClock // ClaimUpdateThenSelect
+
+	locks *namedLockStmts // nil without NamedLock
 }
 
 // New returns a Store for table in dialect d.
 func New(d Dialect, table TableName) *Store {
 	d.withDefaults()
-	s := &Store{d: d, table: table, qt: table.Quoted(d.Quote)}
+	s := &Store{d: d, table: table, qt: table.Quoted(d.Quote), locks: d.namedLockStmts()}
 	pendingRows := d.Pending + " AND available_at <= ? AND created_at <= ? AND (locked_by IS NULL OR locked_at < ?)"
 	order := " ORDER BY created_at, event_id"
 	hint := ""

@@ -1,0 +1,62 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// RecordingListener returns the listener of the helper processes: it
+// records each delivery of an event in d, in a transaction of its own on
+// db that also spends work in it as business work would, so that a
+// delivery counts only if that transaction committed. owner names the
+// delivering process in the record; it is called per delivery, so that it
+// may be set after the listener is built (and before its first call).
+// After each committed delivery it calls delivered, when not nil.
+func RecordingListener(db *sql.DB, d Deliveries, owner func() string, work time.Duration, delivered func()) func(context.Context, core.Event) error {
+	return func(ctx context.Context, ev core.Event) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := d.Record(ctx, tx, ev.ID(), owner()); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		if work > 0 {
+			time.Sleep(work) // the business work of the listener
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		if delivered != nil {
+			delivered()
+		}
+		return nil
+	}
+}
+
+// WaitForStop blocks until the helper process is asked to stop: SIGTERM or
+// SIGINT from the supervisor, or its stdin closing, which means that the
+// supervisor died.
+func WaitForStop() {
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(stop)
+	orphaned := make(chan struct{})
+	go func() { // ends with the process: it only watches stdin
+		_, _ = io.Copy(io.Discard, bufio.NewReader(os.Stdin))
+		close(orphaned)
+	}()
+	select {
+	case <-stop:
+	case <-orphaned:
+	}
+}
