@@ -56,7 +56,7 @@ type size struct {
 var sizes = map[string]size{
 	"short": {
 		name:        "short",
-		crashEvents: 3000, crashRate: 300, crashKillEvery: 3 * time.Second, crashMinKills: 2,
+		crashEvents: 3000, crashRate: 300, crashKillEvery: 2 * time.Second, crashMinKills: 3,
 		outageEvents: 2000, outageRate: 250, outages: 2, outageDown: time.Second,
 		poisonEvents: 1000, poisonRate: 250,
 		overflowEvents: 10000,
@@ -64,7 +64,7 @@ var sizes = map[string]size{
 	},
 	"long": {
 		name:        "long",
-		crashEvents: 50000, crashRate: 500, crashKillEvery: 2 * time.Second, crashMinKills: 20,
+		crashEvents: 20000, crashRate: 500, crashKillEvery: 2 * time.Second, crashMinKills: 20,
 		crashHelperRace: true,
 		outageEvents:    20000, outageRate: 400, outages: 12, outageDown: 2 * time.Second,
 		poisonEvents: 10000, poisonRate: 500,

@@ -1,6 +1,7 @@
 // Command chaosnode is the helper process of the reliability crash test: a
-// worker (a Dispatcher and a Poller whose listener records each delivery in
-// the deliveries table, in its own transaction) or a writer (inserts events
+// worker (a Dispatcher and a Poller whose listener records each delivery,
+// with its owner and when it started and finished, in the deliveries table,
+// in its own transaction) or a writer (inserts events
 // in business transactions, retrying failed ones as an application would).
 // The test builds it, starts three workers and one writer on one database,
 // and SIGKILLs workers while they run.
@@ -118,16 +119,20 @@ func runWorker(o options) error {
 	var delivered atomic.Int64
 	reg := core.NewRegistry()
 	err = reg.RegisterFunc(chaos.Aggregate, chaos.EventType, func(ctx context.Context, ev core.Event) error {
+		started := time.Now()
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
 		}
-		if err := deliveries.Record(ctx, tx, ev.ID(), owner); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
 		if o.work > 0 {
 			time.Sleep(o.work) // the business work of the listener
+		}
+		// Recorded last, in the listener's transaction: a process killed
+		// before the COMMIT leaves no record, so every recorded delivery
+		// finished before its process died.
+		if err := deliveries.Record(ctx, tx, ev.ID(), owner, started, time.Now()); err != nil {
+			_ = tx.Rollback()
+			return err
 		}
 		if err := tx.Commit(); err != nil {
 			return err
