@@ -243,6 +243,21 @@ func LeasedIDs(ctx context.Context, db core.DBTX, dialect, outbox, owner string)
 	return ids, nil
 }
 
+// ExpiredLeases counts the undelivered rows (NEW or RETRY) whose lease was
+// taken before cutoff and is still there: with cutoff = now - lease, the
+// leases that have expired without being released.
+func ExpiredLeases(ctx context.Context, db core.DBTX, dialect, outbox string, cutoff time.Time) (int, error) {
+	q := "SELECT COUNT(*) FROM " + outbox + " WHERE locked_by IS NOT NULL AND status IN (0, 2) AND locked_at < ?"
+	if dialect == "postgres" {
+		q = "SELECT COUNT(*) FROM " + outbox + " WHERE locked_by IS NOT NULL AND status IN (0, 2) AND locked_at < $1"
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, q, cutoff.UTC()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count expired leases: %w", err)
+	}
+	return n, nil
+}
+
 // Backoff is the retry delay the helper processes use: short, so that the
 // runs are about failures and not about waiting.
 func Backoff() core.RetryPolicy {
