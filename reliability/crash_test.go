@@ -380,14 +380,14 @@ func runCrash(t *testing.T, r *crashRun, events int, rate float64) {
 	var recoveries []time.Duration
 	for i, k := range cl.Kills {
 		heldAtKills += len(k.Held)
-		recovery := "nothing held"
-		if len(k.Held) > 0 {
+		recovery := "nothing to recover"
+		if len(k.Held) > len(k.Settled)+len(k.Rekilled) {
 			recoveries = append(recoveries, k.Recovery)
 			recovery = "recovered in " + ms(k.Recovery)
 		}
 		settled += len(k.Settled)
-		t.Logf("kill %d at +%s: held %d (%d settled by its last write-backs), %d duplicates, %s", i+1,
-			k.At.Sub(start).Round(time.Millisecond), len(k.Held), len(k.Settled), k.Duplicates, recovery)
+		t.Logf("kill %d at +%s: held %d (%d settled by its last write-backs, %d held again at a later kill), %d duplicates, %s", i+1,
+			k.At.Sub(start).Round(time.Millisecond), len(k.Held), len(k.Settled), len(k.Rekilled), k.Duplicates, recovery)
 	}
 	t.Logf("crash %s (%s): %d events in %s (written in %s), %d kills, %d events held by the killed workers (%d settled by their last write-backs), "+
 		"%d lost, %d duplicated events (%d extra deliveries: %d in flight at a kill, %d unexplained; %.1f per kill), "+

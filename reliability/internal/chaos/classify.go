@@ -28,8 +28,12 @@ type KillReport struct {
 	// Duplicates counts the later deliveries explained by this kill.
 	Duplicates int
 	// Recovery is the time from the kill until every event it held had been
-	// delivered by another process (0 if it held none).
+	// delivered by another process (0 if it held none), leaving out the
+	// events in Rekilled.
 	Recovery time.Duration
+	// Rekilled lists the held events that a later kill found held again by
+	// the process that had taken them over: their recovery is that kill's.
+	Rekilled []string
 	// Settled lists the held events no other process delivered after the
 	// kill: the killed process had sent their outcome, and the server
 	// applied it after the process was gone (the supervisor reads the leases
@@ -95,8 +99,16 @@ func Classify(ds []Delivery, kills []Kill) Classification {
 		return cmp.Or(cmp.Compare(a.EventID, b.EventID), a.Started.Compare(b.Started))
 	})
 
+	// heldAt[id] lists the kills that found id held, in kill order.
+	heldAt := map[string][]time.Time{}
+	for _, k := range kills {
+		for _, id := range k.Held {
+			heldAt[id] = append(heldAt[id], k.At)
+		}
+	}
 	for i := range c.Kills {
 		kr := &c.Kills[i]
+	held:
 		for _, id := range kr.Held {
 			// The first delivery by another process that started after the
 			// kill: before it, the event still waited for the dead lease.
@@ -110,6 +122,12 @@ func Classify(ds []Delivery, kills []Kill) Classification {
 			if done.IsZero() {
 				kr.Settled = append(kr.Settled, id)
 				continue
+			}
+			for _, at := range heldAt[id] {
+				if at.After(kr.At) && at.Before(done) {
+					kr.Rekilled = append(kr.Rekilled, id)
+					continue held
+				}
 			}
 			kr.Recovery = max(kr.Recovery, done.Sub(kr.At))
 		}

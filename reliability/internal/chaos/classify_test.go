@@ -46,10 +46,36 @@ func TestClassify(t *testing.T) {
 	if a.Recovery != 6*time.Second || len(a.Settled) != 1 || a.Settled[0] != "e4" {
 		t.Errorf("kill A: recovery %s, settled %v; want 6s, [e4]", a.Recovery, a.Settled)
 	}
+	if len(a.Rekilled) != 0 || len(b.Rekilled) != 0 {
+		t.Errorf("rekilled %v, %v; want none", a.Rekilled, b.Rekilled)
+	}
 	if b.Recovery != 5500*time.Millisecond || len(b.Settled) != 0 {
 		t.Errorf("kill B: recovery %s, settled %v; want 5.5s, none", b.Recovery, b.Settled)
 	}
 	if s := Summarize(ds); s.Events != 7 || s.Deliveries != 12 || s.Duplicated != 4 {
 		t.Errorf("summary %+v, want 7 events, 12 deliveries, 4 duplicated", s)
+	}
+}
+
+// An event the process that took it over still held at the next kill
+// counts towards that kill's recovery, not the first one's.
+func TestClassifyRekilled(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	kills := []Kill{
+		{Owner: "A", At: at(10), Held: []string{"e1", "e2"}},
+		{Owner: "B", At: at(16), Held: []string{"e1"}},
+	}
+	ds := []Delivery{
+		{EventID: "e1", Owner: "C", Started: at(21), Finished: at(21.5)},
+		{EventID: "e2", Owner: "C", Started: at(15), Finished: at(15.2)},
+	}
+	c := Classify(ds, kills)
+	a, b := c.Kills[0], c.Kills[1]
+	if a.Recovery != 5200*time.Millisecond || len(a.Rekilled) != 1 || a.Rekilled[0] != "e1" {
+		t.Errorf("kill A: recovery %s, rekilled %v; want 5.2s, [e1]", a.Recovery, a.Rekilled)
+	}
+	if b.Recovery != 5500*time.Millisecond || len(b.Rekilled) != 0 {
+		t.Errorf("kill B: recovery %s, rekilled %v; want 5.5s, none", b.Recovery, b.Rekilled)
 	}
 }
