@@ -71,14 +71,19 @@ lint: vet ## gofmt check, go vet, and golangci-lint when installed
 	@if command -v golangci-lint >/dev/null; then golangci-lint run; else echo "golangci-lint not installed; ran gofmt and go vet only"; fi
 
 CHAOS_FUZZTIME ?= 60s
-CHAOS_FUZZ = core:FuzzNewEnvelope core:FuzzEnvelopeHeaders core:FuzzRestoreEnvelope \
+CHAOS_FUZZ ?= core:FuzzNewEnvelope core:FuzzEnvelopeHeaders core:FuzzRestoreEnvelope \
 	store/internal/sqlstore:FuzzParseTableName store/internal/sqlstore:FuzzDecodeRow store/internal/sqlstore:FuzzScanTime
 
+# CHAOS_RUN narrows the suite (a go test -run pattern) and CHAOS_FUZZ= skips
+# the fuzzing, e.g. the crash and long-outage runs alone:
+#   make chaos CHAOS_RUN='TestCrash|TestOutageLongerThanLease' CHAOS_FUZZ=
+CHAOS_RUN ?= .
+
 .PHONY: chaos
-chaos: ## Long fault-injection suite on the local PostgreSQL/MariaDB, then each fuzz target for CHAOS_FUZZTIME
+chaos: ## Long fault-injection suite on the local PostgreSQL/MariaDB (CHAOS_RUN narrows it), then each fuzz target for CHAOS_FUZZTIME
 	OUTBOX_POSTGRES_DSN='postgres://postgres@127.0.0.1:5432/test?sslmode=disable' \
 	OUTBOX_MYSQL_DSN='root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC' \
-	OUTBOX_REQUIRE_DBS=1 OUTBOX_CHAOS=long $(GO) test -count=1 -run . -timeout 60m -v ./reliability
+	OUTBOX_REQUIRE_DBS=1 OUTBOX_CHAOS=long $(GO) test -count=1 -run '$(CHAOS_RUN)' -timeout 60m -v ./reliability
 	@for t in $(CHAOS_FUZZ); do echo "== $${t#*:}"; \
 		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(CHAOS_FUZZTIME) ./$${t%%:*} || exit 1; done
 

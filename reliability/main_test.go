@@ -46,6 +46,9 @@ type size struct {
 	outages      int           // outages per database (kinds alternate)
 	outageDown   time.Duration // how long a refusing outage lasts
 
+	longOutageEvents int // outages of 5 s against a 2 s lease
+	longOutages      int
+
 	poisonEvents int
 	poisonRate   float64
 
@@ -58,8 +61,9 @@ type size struct {
 var sizes = map[string]size{
 	"short": {
 		name:        "short",
-		crashEvents: 3000, crashRate: 300, crashKillEvery: 3 * time.Second, crashMinKills: 2,
+		crashEvents: 3000, crashRate: 300, crashKillEvery: 2 * time.Second, crashMinKills: 3,
 		outageEvents: 2000, outageRate: 250, outages: 2, outageDown: time.Second,
+		longOutageEvents: 2500, longOutages: 1,
 		poisonEvents: 1000, poisonRate: 250,
 		overflowEvents: 10000,
 		leaseEvents:    8,
@@ -67,9 +71,10 @@ var sizes = map[string]size{
 	},
 	"long": {
 		name:        "long",
-		crashEvents: 50000, crashRate: 500, crashKillEvery: 2 * time.Second, crashMinKills: 20,
+		crashEvents: 20000, crashRate: 500, crashKillEvery: 2 * time.Second, crashMinKills: 20,
 		crashHelperRace: true,
 		outageEvents:    20000, outageRate: 400, outages: 12, outageDown: 2 * time.Second,
+		longOutageEvents: 20000, longOutages: 6,
 		poisonEvents: 10000, poisonRate: 500,
 		overflowEvents: 10000,
 		leaseEvents:    50,

@@ -173,98 +173,148 @@ func chaosEnvs(t *testing.T, count int, headers func(i int) map[string]string) (
 func TestOutage(t *testing.T) {
 	t.Parallel()
 	forEachDialect(t, []string{"postgres", "mysql"}, func(t *testing.T, tg testdb.Target) {
-		px := openProxied(t, tg, 8)
-		log := testnode.NewDeliveryLog()
-		reg := core.NewRegistry()
-		// One event in twenty fails its first delivery, so that retries
-		// (write-back, wake-up, claim) run through the outages too.
-		if err := reg.RegisterFunc(chaos.Aggregate, chaos.EventType, func(_ context.Context, ev core.Event) error {
-			if _, transient := ev.Header("transient"); log.Record(ev.ID()) == 1 && transient {
-				return errors.New("transient failure")
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		const lease = 2 * time.Second
-		n := startNode(t, tg.Store, px.db, reg, testnode.Options{
-			Dispatch: func(c *dispatch.Config) { c.StoreTimeout = 3 * time.Second },
-			Poller:   func(c *poller.Config) { c.LeaseTimeout = lease },
+		runOutage(t, tg, outagePlan{
+			name: "outage", events: cfg.outageEvents, rate: cfg.outageRate,
+			lease: 2 * time.Second, outages: cfg.outages, down: cfg.outageDown, killSessions: true,
 		})
-		envs, ids := chaosEnvs(t, cfg.outageEvents, func(i int) map[string]string {
-			if i%20 == 7 {
-				return map[string]string{"transient": "1"}
-			}
-			return nil
-		})
-		ow := &outageWriter{}
-		start := time.Now()
-		writing := make(chan struct{})
-		go func() { // owned: the test waits on writing below
-			defer close(writing)
-			ow.run(n, envs, cfg.outageRate, 4)
-		}()
-
-		writeTime := time.Duration(float64(len(envs)) / cfg.outageRate * float64(time.Second))
-		gap := writeTime / time.Duration(cfg.outages+1)
-		var refusing, killed, cut int
-		for i := range cfg.outages {
-			select {
-			case <-time.After(gap):
-			case <-writing:
-			}
-			if i%2 == 0 {
-				px.proxy.SetRefusing(true)
-				cut += px.proxy.Cut()
-				time.Sleep(cfg.outageDown) // the server is down this long
-				px.proxy.SetRefusing(false)
-				refusing++
-			} else {
-				killed += px.killSessions(t)
-			}
-		}
-		<-writing
-		if perr := ow.err.Load(); perr != nil {
-			t.Fatalf("writer gave up: %v", *perr)
-		}
-		log.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d events delivered", len(ids)), testnode.AllDelivered(ids))
-		waitUntil(t, time.Minute, 100*time.Millisecond, "every row DONE", func() (bool, error) {
-			c, err := chaos.StatusCounts(context.Background(), tg.DB, tg.Table)
-			return err == nil && c[core.StatusDone] == len(ids), err
-		})
-		total := time.Since(start)
-		n.Close(t)
-
-		// Events failed on purpose are delivered twice by design.
-		transient := map[string]bool{}
-		for _, env := range envs {
-			if _, ok := env.Header("transient"); ok {
-				transient[env.ID()] = true
-			}
-		}
-		dupEvents, extra := log.DuplicatesBeyond(func(id string) int {
-			if transient[id] {
-				return 2
-			}
-			return 1
-		})
-		t.Logf("outage %s (%s): %d events in %s, %d outages (%d refusing %s with %d connections cut, %d with %d sessions killed), "+
-			"0 lost, %d duplicated events (%d extra deliveries), writer retries %d (ambiguous commits %d), %s, refused connection attempts %d",
-			tg.Name, cfg.name, len(ids), total.Round(100*time.Millisecond), cfg.outages, refusing, cfg.outageDown, cut,
-			cfg.outages-refusing, killed, dupEvents, extra, ow.retries.Load(), ow.ambiguous.Load(), n.Metrics, px.proxy.refused.Load())
-		if got := ow.written.Load(); got != int64(len(ids)) {
-			t.Errorf("written %d of %d", got, len(ids))
-		}
-		if c := testnode.StatusCounts(t, tg.DB, tg.Table); c[core.StatusDone] != len(ids) || len(c) != 1 {
-			t.Errorf("rows by status %v, want %d DONE", c, len(ids))
-		}
-		if d := log.Distinct(); d != len(ids) {
-			t.Errorf("%d distinct events delivered, want %d", d, len(ids))
-		}
-		if ow.retries.Load() == 0 {
-			t.Errorf("no write failed: the outages did not happen")
-		}
 	})
+}
+
+// TestOutageLongerThanLease: the database is gone for longer than the
+// instance's lease (every connection cut, new ones refused, 5 s against a
+// 2 s lease), while events are written and delivered, as a database restart
+// or a failover would do. Every lease the instance held expires during the
+// outage, and its in-flight write-backs fail; once the database is back,
+// every event must still be delivered. Duplicates are reported, not failed
+// on: a delivery whose DONE could not be written is delivered again.
+func TestOutageLongerThanLease(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, []string{"postgres", "mysql"}, func(t *testing.T, tg testdb.Target) {
+		runOutage(t, tg, outagePlan{
+			name: "outage longer than the lease", events: cfg.longOutageEvents, rate: cfg.outageRate,
+			lease: 2 * time.Second, outages: cfg.longOutages, down: 5 * time.Second,
+			// Long enough that the outage finds deliveries in flight, whose
+			// outcomes cannot be written until it ends.
+			work: 10 * time.Millisecond,
+		})
+	})
+}
+
+// outagePlan is one outage scenario.
+type outagePlan struct {
+	name         string
+	events       int
+	rate         float64 // events written per second
+	lease        time.Duration
+	outages      int
+	down         time.Duration // how long a refusing outage lasts
+	killSessions bool          // alternate refusing outages with killed sessions
+	work         time.Duration // listener time per event
+}
+
+func runOutage(t *testing.T, tg testdb.Target, plan outagePlan) {
+	px := openProxied(t, tg, 8)
+	log := testnode.NewDeliveryLog()
+	reg := core.NewRegistry()
+	// One event in twenty fails its first delivery, so that retries
+	// (write-back, wake-up, claim) run through the outages too.
+	if err := reg.RegisterFunc(chaos.Aggregate, chaos.EventType, func(_ context.Context, ev core.Event) error {
+		if plan.work > 0 {
+			time.Sleep(plan.work) // the business work of the listener
+		}
+		if _, transient := ev.Header("transient"); log.Record(ev.ID()) == 1 && transient {
+			return errors.New("transient failure")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	n := startNode(t, tg.Store, px.db, reg, testnode.Options{
+		Dispatch: func(c *dispatch.Config) { c.StoreTimeout = 3 * time.Second },
+		Poller:   func(c *poller.Config) { c.LeaseTimeout = plan.lease },
+	})
+	envs, ids := chaosEnvs(t, plan.events, func(i int) map[string]string {
+		if i%20 == 7 {
+			return map[string]string{"transient": "1"}
+		}
+		return nil
+	})
+	ow := &outageWriter{}
+	start := time.Now()
+	writing := make(chan struct{})
+	go func() { // owned: the test waits on writing below
+		defer close(writing)
+		ow.run(n, envs, plan.rate, 4)
+	}()
+
+	writeTime := time.Duration(float64(len(envs)) / plan.rate * float64(time.Second))
+	gap := writeTime / time.Duration(plan.outages+1)
+	var refusing, killed, cut, expired int
+	for i := range plan.outages {
+		select {
+		case <-time.After(gap):
+		case <-writing:
+		}
+		if i%2 == 0 || !plan.killSessions {
+			px.proxy.SetRefusing(true)
+			cut += px.proxy.Cut()
+			time.Sleep(plan.down) // the server is down this long
+			if plan.down > plan.lease {
+				// Leases the instance could not renew, release or settle
+				// while it was cut off: they expired during the outage.
+				n, err := chaos.ExpiredLeases(context.Background(), tg.DB, tg.Name, tg.Table, time.Now().Add(-plan.lease))
+				if err != nil {
+					t.Fatal(err)
+				}
+				expired += n
+			}
+			px.proxy.SetRefusing(false)
+			refusing++
+		} else {
+			killed += px.killSessions(t)
+		}
+	}
+	<-writing
+	if perr := ow.err.Load(); perr != nil {
+		t.Fatalf("writer gave up: %v", *perr)
+	}
+	log.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d events delivered", len(ids)), testnode.AllDelivered(ids))
+	waitUntil(t, time.Minute, 100*time.Millisecond, "every row DONE", func() (bool, error) {
+		c, err := chaos.StatusCounts(context.Background(), tg.DB, tg.Table)
+		return err == nil && c[core.StatusDone] == len(ids), err
+	})
+	total := time.Since(start)
+	n.Close(t)
+
+	// Events failed on purpose are delivered twice by design.
+	transient := map[string]bool{}
+	for _, env := range envs {
+		if _, ok := env.Header("transient"); ok {
+			transient[env.ID()] = true
+		}
+	}
+	dupEvents, extra := log.DuplicatesBeyond(func(id string) int {
+		if transient[id] {
+			return 2
+		}
+		return 1
+	})
+	t.Logf("%s %s (%s): %d events in %s, lease %s, %d outages (%d refusing %s with %d connections cut and %d leases expired, %d with %d sessions killed), "+
+		"0 lost, %d duplicated events (%d extra deliveries), writer retries %d (ambiguous commits %d), %s, refused connection attempts %d",
+		plan.name, tg.Name, cfg.name, len(ids), total.Round(100*time.Millisecond), plan.lease, plan.outages, refusing, plan.down, cut, expired,
+		plan.outages-refusing, killed, dupEvents, extra, ow.retries.Load(), ow.ambiguous.Load(), n.Metrics, px.proxy.refused.Load())
+	if got := ow.written.Load(); got != int64(len(ids)) {
+		t.Errorf("written %d of %d", got, len(ids))
+	}
+	if c := testnode.StatusCounts(t, tg.DB, tg.Table); c[core.StatusDone] != len(ids) || len(c) != 1 {
+		t.Errorf("rows by status %v, want %d DONE", c, len(ids))
+	}
+	if d := log.Distinct(); d != len(ids) {
+		t.Errorf("%d distinct events delivered, want %d", d, len(ids))
+	}
+	if ow.retries.Load() == 0 {
+		t.Errorf("no write failed: the outages did not happen")
+	}
 }
 
 // TestOutageStalledConnections: the network stops carrying the pool's open

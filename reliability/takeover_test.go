@@ -113,10 +113,11 @@ func runTakeover(t *testing.T, r *takeoverRun, tg testdb.Target) {
 		active.kill()
 		<-active.exited
 		checkRaces(t, active)
-		held, err := chaos.LeasedBy(ctx, tg.DB, r.dialect, r.outbox, active.owner)
+		heldIDs, err := chaos.LeasedIDs(ctx, tg.DB, r.dialect, r.outbox, active.owner)
 		if err != nil {
 			t.Fatal(err)
 		}
+		held := len(heldIDs)
 		heldAtKills += held
 		lockTimes = append(lockTimes, stamp(t, standby, "active").Sub(killed))
 		deliveryTimes = append(deliveryTimes, stamp(t, standby, "first").Sub(killed))
@@ -140,10 +141,11 @@ func runTakeover(t *testing.T, r *takeoverRun, tg testdb.Target) {
 		p.stop(t, time.Minute)
 	}
 
-	sum, err := r.deliveries.Summarize(ctx, tg.DB)
+	delivered, err := r.deliveries.All(ctx, tg.DB)
 	if err != nil {
 		t.Fatal(err)
 	}
+	sum := chaos.Summarize(delivered)
 	lost, err := r.deliveries.Lost(ctx, tg.DB, r.outbox)
 	if err != nil {
 		t.Fatal(err)

@@ -64,9 +64,11 @@ func NewStore(dialect, table string) (store.SchemaManager, error) {
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
-// Deliveries is the table in which a listener counts its deliveries: one row
-// per event id, n incremented on every delivery, written in the listener's
-// own transaction so that a delivery counts only if it committed.
+// Deliveries is the table in which a listener records its deliveries: one
+// row per delivery with the owner of the process that made it and when the
+// listener started and finished, written in the listener's own transaction so
+// that a delivery counts only if it committed. Times are Unix nanoseconds of
+// the wall clock, which the processes of one machine share.
 type Deliveries struct {
 	dialect, table string
 }
@@ -87,9 +89,11 @@ func NewDeliveries(dialect, table string) (Deliveries, error) {
 // Table returns the table name.
 func (d Deliveries) Table() string { return d.table }
 
-// Create creates the table if it does not exist.
+// Create creates the table if it does not exist. An owner starts one
+// delivery of an event at a time, so (event, owner, start) is a key.
 func (d Deliveries) Create(ctx context.Context, db core.DBTX) error {
-	q := "CREATE TABLE IF NOT EXISTS " + d.table + " (event_id VARCHAR(36) NOT NULL PRIMARY KEY, n INT NOT NULL, last_owner VARCHAR(128) NOT NULL)"
+	q := "CREATE TABLE IF NOT EXISTS " + d.table + " (event_id VARCHAR(36) NOT NULL, owner VARCHAR(128) NOT NULL, " +
+		"started_ns BIGINT NOT NULL, finished_ns BIGINT NOT NULL, PRIMARY KEY (event_id, owner, started_ns))"
 	if d.dialect == "mysql" {
 		q += " ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
 	}
@@ -107,24 +111,41 @@ func (d Deliveries) Drop(ctx context.Context, db core.DBTX) error {
 	return nil
 }
 
-// Record counts one delivery of id by owner, on tx.
-func (d Deliveries) Record(ctx context.Context, tx core.DBTX, id, owner string) error {
-	var q string
-	switch d.dialect {
-	case "postgres":
-		q = "INSERT INTO " + d.table + " AS d (event_id, n, last_owner) VALUES ($1, 1, $2) " +
-			"ON CONFLICT (event_id) DO UPDATE SET n = d.n + 1, last_owner = EXCLUDED.last_owner"
-	case "mysql":
-		q = "INSERT INTO " + d.table + " (event_id, n, last_owner) VALUES (?, 1, ?) " +
-			"ON DUPLICATE KEY UPDATE n = n + 1, last_owner = VALUES(last_owner)"
-	default:
-		q = "INSERT INTO " + d.table + " (event_id, n, last_owner) VALUES (?, 1, ?) " +
-			"ON CONFLICT (event_id) DO UPDATE SET n = n + 1, last_owner = excluded.last_owner"
+// Record records one delivery of id by owner, which the listener started
+// and finished at the given times, on tx.
+func (d Deliveries) Record(ctx context.Context, tx core.DBTX, id, owner string, started, finished time.Time) error {
+	q := "INSERT INTO " + d.table + " (event_id, owner, started_ns, finished_ns) VALUES (?, ?, ?, ?)"
+	if d.dialect == "postgres" {
+		q = "INSERT INTO " + d.table + " (event_id, owner, started_ns, finished_ns) VALUES ($1, $2, $3, $4)"
 	}
-	if _, err := tx.ExecContext(ctx, q, id, owner); err != nil {
+	if _, err := tx.ExecContext(ctx, q, id, owner, started.UnixNano(), finished.UnixNano()); err != nil {
 		return fmt.Errorf("record delivery: %w", err)
 	}
 	return nil
+}
+
+// All returns every recorded delivery, ordered by event and start.
+func (d Deliveries) All(ctx context.Context, db core.DBTX) ([]Delivery, error) {
+	rows, err := db.QueryContext(ctx, "SELECT event_id, owner, started_ns, finished_ns FROM "+d.table+
+		" ORDER BY event_id, started_ns")
+	if err != nil {
+		return nil, fmt.Errorf("read deliveries: %w", err)
+	}
+	defer rows.Close()
+	var out []Delivery
+	for rows.Next() {
+		var dl Delivery
+		var started, finished int64
+		if err := rows.Scan(&dl.EventID, &dl.Owner, &started, &finished); err != nil {
+			return nil, fmt.Errorf("read deliveries: %w", err)
+		}
+		dl.Started, dl.Finished = time.Unix(0, started), time.Unix(0, finished)
+		out = append(out, dl)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read deliveries: %w", err)
+	}
+	return out, nil
 }
 
 // Summary is what the deliveries table says once a run is over.
@@ -137,24 +158,26 @@ type Summary struct {
 // Extra returns the deliveries beyond one per event.
 func (s Summary) Extra() int { return s.Deliveries - s.Events }
 
-// Summarize reads the table.
-func (d Deliveries) Summarize(ctx context.Context, db core.DBTX) (Summary, error) {
-	var s Summary
-	var total, dup sql.NullInt64
-	err := db.QueryRowContext(ctx, "SELECT COUNT(*), SUM(n), SUM(CASE WHEN n > 1 THEN 1 ELSE 0 END) FROM "+d.table).
-		Scan(&s.Events, &total, &dup)
-	if err != nil {
-		return s, fmt.Errorf("summarize deliveries: %w", err)
+// Summarize counts the deliveries in ds.
+func Summarize(ds []Delivery) Summary {
+	per := map[string]int{}
+	for _, d := range ds {
+		per[d.EventID]++
 	}
-	s.Deliveries, s.Duplicated = int(total.Int64), int(dup.Int64)
-	return s, nil
+	s := Summary{Events: len(per), Deliveries: len(ds)}
+	for _, n := range per {
+		if n > 1 {
+			s.Duplicated++
+		}
+	}
+	return s
 }
 
 // Lost counts the rows of the outbox table that have no delivery.
 func (d Deliveries) Lost(ctx context.Context, db core.DBTX, outbox string) (int, error) {
 	var n int
-	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+outbox+" o LEFT JOIN "+d.table+
-		" d ON d.event_id = o.event_id WHERE d.event_id IS NULL").Scan(&n)
+	err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+outbox+" o WHERE NOT EXISTS (SELECT 1 FROM "+d.table+
+		" d WHERE d.event_id = o.event_id)").Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count undelivered events: %w", err)
 	}
@@ -194,15 +217,43 @@ func StatusCounts(ctx context.Context, db core.DBTX, outbox string) (map[core.St
 	return out, nil
 }
 
-// LeasedBy counts the undelivered rows leased by owner.
-func LeasedBy(ctx context.Context, db core.DBTX, dialect, outbox, owner string) (int, error) {
-	q := "SELECT COUNT(*) FROM " + outbox + " WHERE locked_by = ? AND status IN (0, 2)"
+// LeasedIDs returns the ids of the undelivered rows (NEW or RETRY) leased
+// by owner.
+func LeasedIDs(ctx context.Context, db core.DBTX, dialect, outbox, owner string) ([]string, error) {
+	q := "SELECT event_id FROM " + outbox + " WHERE locked_by = ? AND status IN (0, 2)"
 	if dialect == "postgres" {
-		q = "SELECT COUNT(*) FROM " + outbox + " WHERE locked_by = $1 AND status IN (0, 2)"
+		q = "SELECT event_id FROM " + outbox + " WHERE locked_by = $1 AND status IN (0, 2)"
+	}
+	rows, err := db.QueryContext(ctx, q, owner)
+	if err != nil {
+		return nil, fmt.Errorf("list leased rows: %w", err)
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("list leased rows: %w", err)
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list leased rows: %w", err)
+	}
+	return ids, nil
+}
+
+// ExpiredLeases counts the undelivered rows (NEW or RETRY) whose lease was
+// taken before cutoff and is still there: with cutoff = now - lease, the
+// leases that have expired without being released.
+func ExpiredLeases(ctx context.Context, db core.DBTX, dialect, outbox string, cutoff time.Time) (int, error) {
+	q := "SELECT COUNT(*) FROM " + outbox + " WHERE locked_by IS NOT NULL AND status IN (0, 2) AND locked_at < ?"
+	if dialect == "postgres" {
+		q = "SELECT COUNT(*) FROM " + outbox + " WHERE locked_by IS NOT NULL AND status IN (0, 2) AND locked_at < $1"
 	}
 	var n int
-	if err := db.QueryRowContext(ctx, q, owner).Scan(&n); err != nil {
-		return 0, fmt.Errorf("count leased rows: %w", err)
+	if err := db.QueryRowContext(ctx, q, cutoff.UTC()).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count expired leases: %w", err)
 	}
 	return n, nil
 }

@@ -13,25 +13,27 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
-// RecordingListener returns the listener of the helper processes: it
-// records each delivery of an event in d, in a transaction of its own on
-// db that also spends work in it as business work would, so that a
-// delivery counts only if that transaction committed. owner names the
-// delivering process in the record; it is called per delivery, so that it
-// may be set after the listener is built (and before its first call).
-// After each committed delivery it calls delivered, when not nil.
+// RecordingListener returns the listener of the helper processes: in a
+// transaction of its own on db it spends work, as business work would, and
+// then records the delivery in d, last, with the process's owner and when
+// the listener started and finished, so that a process killed before the
+// COMMIT leaves no record and every recorded delivery finished before its
+// process died. owner is called per delivery, so that it may be set after
+// the listener is built (and before its first call). After each committed
+// delivery it calls delivered, when not nil.
 func RecordingListener(db *sql.DB, d Deliveries, owner func() string, work time.Duration, delivered func()) func(context.Context, core.Event) error {
 	return func(ctx context.Context, ev core.Event) error {
+		started := time.Now()
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
 		}
-		if err := d.Record(ctx, tx, ev.ID(), owner()); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
 		if work > 0 {
 			time.Sleep(work) // the business work of the listener
+		}
+		if err := d.Record(ctx, tx, ev.ID(), owner(), started, time.Now()); err != nil {
+			_ = tx.Rollback()
+			return err
 		}
 		if err := tx.Commit(); err != nil {
 			return err

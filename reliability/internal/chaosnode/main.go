@@ -1,6 +1,7 @@
 // Command chaosnode is the helper process of the reliability crash test: a
-// worker (a Dispatcher and a Poller whose listener records each delivery in
-// the deliveries table, in its own transaction) or a writer (inserts events
+// worker (a Dispatcher and a Poller whose listener records each delivery,
+// with its owner and when it started and finished, in the deliveries table,
+// in its own transaction) or a writer (inserts events
 // in business transactions, retrying failed ones as an application would).
 // The test builds it, starts three workers and one writer on one database,
 // and SIGKILLs workers while they run.
@@ -13,18 +14,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
-	"os/signal"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -117,24 +114,8 @@ func runWorker(o options) error {
 	owner := core.NewOwner()
 	var delivered atomic.Int64
 	reg := core.NewRegistry()
-	err = reg.RegisterFunc(chaos.Aggregate, chaos.EventType, func(ctx context.Context, ev core.Event) error {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		if err := deliveries.Record(ctx, tx, ev.ID(), owner); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		if o.work > 0 {
-			time.Sleep(o.work) // the business work of the listener
-		}
-		if err := tx.Commit(); err != nil {
-			return err
-		}
-		delivered.Add(1)
-		return nil
-	})
+	err = reg.RegisterFunc(chaos.Aggregate, chaos.EventType,
+		chaos.RecordingListener(db, deliveries, func() string { return owner }, o.work, func() { delivered.Add(1) }))
 	if err != nil {
 		return err
 	}
@@ -167,17 +148,7 @@ func runWorker(o options) error {
 	}
 	fmt.Printf("ready %s\n", owner)
 
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
-	orphaned := make(chan struct{})
-	go func() { // ends with the process: it only watches stdin
-		_, _ = io.Copy(io.Discard, bufio.NewReader(os.Stdin))
-		close(orphaned)
-	}()
-	select {
-	case <-stop:
-	case <-orphaned:
-	}
+	chaos.WaitForStop()
 	errP := p.Close(ctx)
 	errD := d.Close(ctx)
 	fmt.Printf("stopped delivered=%d\n", delivered.Load())
