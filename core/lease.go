@@ -26,3 +26,17 @@ type LeaseRenewer interface {
 	// list into several statements; those that succeeded stay applied).
 	RenewLeases(ctx context.Context, db DBTX, owner string, ids []string, now time.Time) (lost []string, err error)
 }
+
+// DefaultLeaseTimeout is the default lease of a claimed or hot-path event,
+// shared by the dispatcher (dispatch.Config.LeaseTimeout) and the poller.
+//
+// With lease renewal the lease no longer bounds a delivery; it bounds how
+// long the events of a crashed instance wait before another instance claims
+// them, and how long a database or network stall may last before a held
+// event's lease expires. Thirty seconds keeps the first to seconds-to-half-a-
+// minute while the dispatcher renews every 10 s, each renewal bounded by
+// 10 s, so that one failed or slow renewal (a failover, a stop-the-world
+// pause, a saturated pool) does not yet let another instance take a held
+// event; the renewal costs one UPDATE per 10 s per instance while events
+// are held, and nothing when idle.
+const DefaultLeaseTimeout = 30 * time.Second
