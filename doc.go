@@ -62,9 +62,9 @@
 // What it does not give: delivery stays at-least-once (listeners deduplicate
 // on the event id), and there is no ordering between events, within a node
 // or across nodes. Events held by a node that crashed are claimed by another
-// node only once their lease expires (Poller.LeaseTimeout, 5 minutes by
-// default; it must exceed the time an event waits in a queue plus its
-// delivery). Events written without a txctx transaction (Writer.WriteTx with
+// node only once their lease expires (dispatch.Config.LeaseTimeout, 30
+// seconds by default; a live node renews the leases it holds, so with the
+// SQL stores the lease need not exceed a delivery). Events written without a txctx transaction (Writer.WriteTx with
 // a plain *sql.Tx) or by WriterOnly processes are delivered by whichever
 // poller claims them first, within Poller.Interval (5 s by default). With N
 // nodes the table sees N polls per interval; raise Interval if that matters
