@@ -78,8 +78,9 @@
 //
 // Close (or cancelling Start's context) stops intake, lets the workers drain
 // the queues for up to Config.DrainTimeout, then cancels the contexts of
-// listeners still running and waits for them, and writes the last batch of
-// DONE outcomes. A listener interrupted that way
+// listeners still running and waits for them, writes the last batch of
+// DONE outcomes and makes the last attempt at the write-backs still failing
+// (leases renewed until then). A listener interrupted that way
 // is not charged an attempt: its lease is released. Events still queued have
 // their leases released too, so another instance can claim them at once.
 // Close returns when no goroutine of the dispatcher is left.

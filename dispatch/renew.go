@@ -30,7 +30,7 @@ import (
 // renewLeases renews the leases of the held events every LeaseTimeout/3
 // until stop is closed. ctx carries the values of Start's context.
 func (d *Dispatcher) renewLeases(ctx context.Context, stop <-chan struct{}) {
-	period := d.cfg.LeaseTimeout / 3
+	period := max(d.cfg.LeaseTimeout/3, time.Millisecond) // NewTicker needs a positive period
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
