@@ -79,6 +79,17 @@ CHAOS_FUZZ ?= core:FuzzNewEnvelope core:FuzzEnvelopeHeaders core:FuzzRestoreEnve
 #   make chaos CHAOS_RUN='TestCrash|TestOutageLongerThanLease' CHAOS_FUZZ=
 CHAOS_RUN ?= .
 
+# The lease and write-back tests most sensitive to timing, repeated under
+# -race: a reclaim race shows up in a few runs of twenty, not in one.
+STRESS_RUN   ?= ^(TestLeaseExpirySameInstance|TestLeaseExpirySlowListener|TestReclaimWhileFinishing|TestLeaseRenewal.*|TestWriteBack.*|TestLeaseLost.*)$$
+STRESS_COUNT ?= 20
+
+.PHONY: stress
+stress: ## Lease and write-back tests, STRESS_COUNT (20) times each under -race, on the local PostgreSQL/MariaDB and SQLite
+	OUTBOX_POSTGRES_DSN='postgres://postgres@127.0.0.1:5432/test?sslmode=disable' \
+	OUTBOX_MYSQL_DSN='root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC' \
+	OUTBOX_REQUIRE_DBS=1 $(GO) test -race -count=$(STRESS_COUNT) -run '$(STRESS_RUN)' -timeout 60m ./reliability
+
 .PHONY: chaos
 chaos: ## Long fault-injection suite on the local PostgreSQL/MariaDB (CHAOS_RUN narrows it), then each fuzz target for CHAOS_FUZZTIME
 	OUTBOX_POSTGRES_DSN='postgres://postgres@127.0.0.1:5432/test?sslmode=disable' \

@@ -93,12 +93,38 @@ type fakeDB struct{ core.DBTX }
 
 type fakeHandler struct{ poller.Handler }
 
-// TestNewChecksLeaseAgainstDelivery covers the rule between the poller's
-// lease and the dispatcher's delivery bounds.
+// noRenewStore hides every optional capability of the store it embeds, lease
+// renewal included: it has no Unwrap.
+type noRenewStore struct{ core.Store }
+
+// TestNewChecksLeaseAgainstDelivery covers the rule between the lease and
+// the dispatcher's delivery bounds, which holds only for a store that cannot
+// renew leases, and the rule that there is one lease.
 func TestNewChecksLeaseAgainstDelivery(t *testing.T) {
 	t.Parallel()
 	tg := testdb.SQLite(t)
-	db, store := tg.DB, tg.Store
+	db, store := tg.DB, core.Store(noRenewStore{tg.Store})
+	// With renewal a listener may be slower than the lease.
+	for _, dc := range []dispatch.Config{
+		{ListenerTimeout: time.Hour},
+		{ListenerTimeout: time.Hour, LeaseTimeout: time.Second},
+	} {
+		ob, err := outbox.New(outbox.Config{DB: db, Store: tg.Store, Registry: core.NewRegistry(), Dispatch: dc})
+		if err != nil {
+			t.Errorf("renewing store, %+v: %v", dc, err)
+			continue
+		}
+		if got := ob.Poller().LeaseTimeout(); got != ob.Dispatcher().LeaseTimeout() {
+			t.Errorf("poller lease %s, dispatcher lease %s", got, ob.Dispatcher().LeaseTimeout())
+		}
+		_ = ob.Close(context.Background())
+	}
+	// Two different leases are refused.
+	_, err := outbox.New(outbox.Config{DB: db, Store: tg.Store, Registry: core.NewRegistry(),
+		Dispatch: dispatch.Config{LeaseTimeout: time.Minute}, Poller: poller.Config{LeaseTimeout: time.Second}})
+	if !errorIsInvalid(err) || !mentions(err, "Poller.LeaseTimeout", "Dispatch.LeaseTimeout") {
+		t.Errorf("two leases: %v; want an ErrInvalid naming both fields", err)
+	}
 	for _, tt := range []struct {
 		name     string
 		dispatch dispatch.Config
@@ -106,7 +132,7 @@ func TestNewChecksLeaseAgainstDelivery(t *testing.T) {
 		ok       bool
 	}{
 		{"defaults", dispatch.Config{}, poller.Config{}, true},
-		{"listener well within the default lease", dispatch.Config{ListenerTimeout: time.Minute}, poller.Config{}, true},
+		{"listener well within the default lease", dispatch.Config{ListenerTimeout: 20 * time.Second}, poller.Config{}, true},
 		{"listener as long as the default lease", dispatch.Config{ListenerTimeout: poller.DefaultLeaseTimeout}, poller.Config{}, false},
 		{"short lease, no listener timeout", dispatch.Config{}, poller.Config{LeaseTimeout: time.Second}, true},
 		{"lease shorter than the listener", dispatch.Config{ListenerTimeout: 10 * time.Second}, poller.Config{LeaseTimeout: 5 * time.Second}, false},

@@ -51,8 +51,8 @@
 // events another process (a MultiNode Outbox, or change data capture)
 // delivers; its purger, if any, takes the purge lock too. SQLite has no
 // named locks (one process owns the file): its purge runs unlocked, which is
-// safe, and SingleActive is refused. The lease settings (Poller.LeaseTimeout
-// and the dispatcher's) mean the same in every mode: even one instance
+// safe, and SingleActive is refused. The lease (Dispatch.LeaseTimeout, renewed
+// while an event is held) means the same in every mode: even one instance
 // reclaims its own expired leases.
 //
 // # Single-active relay
@@ -109,14 +109,15 @@
 // What it does not give: delivery stays at-least-once (listeners deduplicate
 // on the event id), and there is no ordering between events, within a node
 // or across nodes. Events held by a node that crashed are claimed by another
-// node only once their lease expires (Poller.LeaseTimeout; it must exceed
-// the time an event waits in a queue plus its delivery). Events written
-// without a txctx transaction (Writer.WriteTx with a plain *sql.Tx) or by
-// WriterOnly processes are delivered by whichever poller claims them first
-// (the active one under SingleActive), within Poller.Interval (5 s by
-// default). With N nodes the table sees N polls per interval (one claiming
-// poll under SingleActive); raise Interval if that matters more than latency
-// for those events.
+// node only once their lease expires (dispatch.Config.LeaseTimeout, 30
+// seconds by default; a live node renews the leases it holds, so with the
+// SQL stores the lease need not exceed a delivery). Events written without
+// a txctx transaction (Writer.WriteTx with a plain *sql.Tx) or by WriterOnly
+// processes are delivered by whichever poller claims them first (the active
+// one under SingleActive), within Poller.Interval (5 s by default). With N
+// nodes the table sees N polls per interval (one claiming poll under
+// SingleActive); raise Interval if that matters more than latency for those
+// events.
 //
 // # Shutdown
 //

@@ -147,12 +147,15 @@ type Outbox struct {
 }
 
 // New validates cfg and builds the components of cfg.Mode, without starting
-// anything. Besides each component's own rules it checks the one rule
-// between them: Poller.LeaseTimeout must exceed Dispatch.ListenerTimeout
-// plus Dispatch.DoneBatchLinger (defaults applied), since a lease that
-// expires while its event is still being delivered lets another poller
-// deliver it again. Bad configuration returns an error matching
-// core.ErrInvalid.
+// anything. Besides each component's own rules it checks the rules between
+// them: there is one lease duration, Dispatch.LeaseTimeout or
+// Poller.LeaseTimeout (set both and they must agree), given to both; and
+// when the store cannot renew leases (it does not implement
+// core.LeaseRenewer), the lease must exceed Dispatch.ListenerTimeout plus
+// Dispatch.DoneBatchLinger (defaults applied), since a lease that expires
+// while its event is still being delivered lets another poller deliver it
+// again. With renewal (the SQL stores) a listener may be slower than the
+// lease. Bad configuration returns an error matching core.ErrInvalid.
 func New(cfg Config) (*Outbox, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -174,6 +177,7 @@ func New(cfg Config) (*Outbox, error) {
 		dc.Registry = cmp.Or(dc.Registry, cfg.Registry)
 		dc.Metrics = cmp.Or(dc.Metrics, cfg.Metrics)
 		dc.Logger = loggerOr(dc.Logger, cfg.Logger)
+		dc.LeaseTimeout = cmp.Or(dc.LeaseTimeout, cfg.Poller.LeaseTimeout) // the one lease; validate checked they agree
 		if cfg.Mode == MultiNode && dc.Owner != "" {
 			dc.Owner = uniqueOwner(dc.Owner)
 		}
@@ -191,6 +195,7 @@ func New(cfg Config) (*Outbox, error) {
 		pc.DB = cmp.Or(pc.DB, core.DBTX(cfg.DB))
 		pc.Handler = o.dispatcher
 		pc.Owner = o.dispatcher.Owner()
+		pc.LeaseTimeout = o.dispatcher.LeaseTimeout()
 		pc.Metrics = cmp.Or(pc.Metrics, cfg.Metrics)
 		pc.Logger = loggerOr(pc.Logger, cfg.Logger)
 		if o.poller, err = poller.New(pc); err != nil {
@@ -286,23 +291,39 @@ func (c Config) validate() error {
 		return v.Err()
 	}
 	// Negative values are the components' to report, with their own names.
-	if c.Poller.LeaseTimeout < 0 || c.Dispatch.ListenerTimeout < 0 || c.Dispatch.DoneBatchLinger < 0 {
+	if c.Poller.LeaseTimeout < 0 || c.Dispatch.LeaseTimeout < 0 || c.Dispatch.ListenerTimeout < 0 || c.Dispatch.DoneBatchLinger < 0 {
 		return nil
 	}
-	// An event stays leased to this process from its claim (or its insert,
-	// on the hot path) until its outcome is written: its delivery, bounded
-	// by ListenerTimeout, then the wait for its DONE batch, bounded by
-	// DoneBatchLinger. A lease that expires before both are over lets
-	// another poller claim and deliver the event a second time while the
-	// first delivery still runs. Time spent in the queues adds to this and
-	// depends on load, so it is the user's margin; the part the settings
-	// bound is checked here.
-	lease := cmp.Or(c.Poller.LeaseTimeout, poller.DefaultLeaseTimeout)
+	// One lease duration: the dispatcher renews leases for it, the poller
+	// claims with it. Either field may carry it; set both, they must agree.
+	v.Check(c.Poller.LeaseTimeout == 0 || c.Dispatch.LeaseTimeout == 0 || c.Poller.LeaseTimeout == c.Dispatch.LeaseTimeout,
+		"Poller.LeaseTimeout %s differs from Dispatch.LeaseTimeout %s; set one of them", c.Poller.LeaseTimeout, c.Dispatch.LeaseTimeout)
+	if v.Err() != nil {
+		return v.Err()
+	}
+	lease := cmp.Or(c.Dispatch.LeaseTimeout, c.Poller.LeaseTimeout, dispatch.DefaultLeaseTimeout)
+	if _, ok := core.StoreAs[core.LeaseRenewer](cmp.Or(c.Dispatch.Store, c.Store)); ok {
+		// With renewal the lease of a held event is extended every
+		// lease/3, each renewal bounded by lease/3, so a listener may be
+		// slower than the lease: no rule ties the two. What remains is the
+		// user's margin: the lease must outlast one failed renewal plus the
+		// database's worst stall, which the defaults (30 s, renewed every
+		// 10 s) leave.
+		return nil
+	}
+	// Without renewal an event stays leased to this process from its claim
+	// (or its insert, on the hot path) until its outcome is written: its
+	// delivery, bounded by ListenerTimeout, then the wait for its DONE
+	// batch, bounded by DoneBatchLinger. A lease that expires before both
+	// are over lets another poller claim and deliver the event a second
+	// time while the first delivery still runs. Time spent in the queues
+	// adds to this and depends on load, so it is the user's margin; the
+	// part the settings bound is checked here.
 	linger := cmp.Or(c.Dispatch.DoneBatchLinger, dispatch.DefaultDoneBatchLinger)
 	busy := c.Dispatch.ListenerTimeout + linger
 	v.Check(lease > busy,
-		"Poller.LeaseTimeout %s does not exceed Dispatch.ListenerTimeout %s plus Dispatch.DoneBatchLinger %s: "+
-			"leases would expire while their events are still being delivered, and another poller would deliver them again",
+		"Poller.LeaseTimeout %s does not exceed Dispatch.ListenerTimeout %s plus Dispatch.DoneBatchLinger %s, and Store "+
+			"does not implement core.LeaseRenewer: leases would expire while their events are still being delivered, and another poller would deliver them again",
 		lease, c.Dispatch.ListenerTimeout, linger)
 	return v.Err()
 }
@@ -328,7 +349,7 @@ func nilDB(db DB) bool {
 func dispatchSet(c dispatch.Config) bool {
 	return c.Store != nil || c.DB != nil || c.Registry != nil || c.Owner != "" ||
 		c.Workers != 0 || c.HotQueueSize != 0 || c.ColdQueueSize != 0 || c.MaxAttempts != 0 ||
-		c.Retry != nil || c.DrainTimeout != 0 || c.ListenerTimeout != 0 || c.StoreTimeout != 0 ||
+		c.Retry != nil || c.DrainTimeout != 0 || c.ListenerTimeout != 0 || c.StoreTimeout != 0 || c.LeaseTimeout != 0 ||
 		c.DoneBatchSize != 0 || c.DoneBatchLinger != 0 || c.DeleteDelivered || c.NoYieldAfterCommit ||
 		c.Interceptors != nil || c.Metrics != nil || config.HasWriter(c.Logger) || c.Now != nil
 }

@@ -23,6 +23,8 @@ const (
 	// core.BatchMarker.
 	DefaultDoneBatchSize   = 500
 	DefaultDoneBatchLinger = 5 * time.Millisecond
+	// DefaultLeaseTimeout is core.DefaultLeaseTimeout: 30 seconds.
+	DefaultLeaseTimeout = core.DefaultLeaseTimeout
 )
 
 // Config configures a Dispatcher. The zero value of every optional field means
@@ -42,6 +44,18 @@ type Config struct {
 	// At most 128 bytes. Default: unique per process, hostname-pid-random.
 	Owner string
 
+	// LeaseTimeout is how long a lease holds an event before another
+	// claimer may take it: the one lease duration of the dispatcher and of
+	// the poller feeding it, which takes it from here (poller.New, and
+	// outbox.New, reject a poller setting that differs). When Store
+	// implements core.LeaseRenewer (the SQL stores do), the dispatcher
+	// renews the lease of every event it holds every LeaseTimeout/3, so
+	// that a listener slower than the lease causes no second delivery, and
+	// the lease only decides how soon the events of a crashed instance are
+	// claimed again. Without the capability there is no renewal, and a
+	// delivery that outlives its lease may be delivered again elsewhere.
+	// Default 30s (core.DefaultLeaseTimeout, which says why).
+	LeaseTimeout time.Duration
 	// Workers is the number of events processed concurrently. Default 4.
 	Workers int
 	// HotQueueSize bounds the queue fed after commit. Default 1000.
@@ -130,6 +144,7 @@ func (c Config) validate() error {
 	config.NonNegative(&v, "MaxAttempts", c.MaxAttempts)
 	config.NonNegative(&v, "DrainTimeout", c.DrainTimeout)
 	config.NonNegative(&v, "ListenerTimeout", c.ListenerTimeout)
+	config.NonNegative(&v, "LeaseTimeout", c.LeaseTimeout)
 	config.NonNegative(&v, "StoreTimeout", c.StoreTimeout)
 	config.NonNegative(&v, "DoneBatchSize", c.DoneBatchSize)
 	config.NonNegative(&v, "DoneBatchLinger", c.DoneBatchLinger)
@@ -157,6 +172,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.MaxAttempts = cmp.Or(c.MaxAttempts, DefaultMaxAttempts)
 	c.DrainTimeout = cmp.Or(c.DrainTimeout, DefaultDrainTimeout)
 	c.StoreTimeout = cmp.Or(c.StoreTimeout, DefaultStoreTimeout)
+	c.LeaseTimeout = cmp.Or(c.LeaseTimeout, DefaultLeaseTimeout)
 	c.DoneBatchSize = cmp.Or(c.DoneBatchSize, DefaultDoneBatchSize)
 	c.DoneBatchLinger = cmp.Or(c.DoneBatchLinger, DefaultDoneBatchLinger)
 	c.Retry = cmp.Or[core.RetryPolicy](c.Retry, &core.ExponentialBackoff{})

@@ -28,11 +28,14 @@ type Dispatcher struct {
 	log   zerolog.Logger
 
 	hot, cold chan core.Event
-	tick      atomic.Uint64   // weighted round-robin position shared by all workers
-	inflight  *inflight       // what the dispatcher holds; see inflight.go
-	batch     *doneBatcher    // nil: DONE outcomes are written one by one
-	yield     func()          // run by the writer hook once it queued events; nil: none
-	releaser  *lease.Releaser // leases whose release failed; see release.go
+	tick      atomic.Uint64     // weighted round-robin position shared by all workers
+	inflight  *inflight         // what the dispatcher holds; see inflight.go
+	batch     *doneBatcher      // nil: DONE outcomes are written one by one
+	doneBatch recordFunc        // how batch writes DONE outcomes; nil when batch is
+	pending   *pendingWrites    // write-backs to try again; see writeback.go
+	renewer   core.LeaseRenewer // nil: no lease renewal; see renew.go
+	yield     func()            // run by the writer hook once it queued events; nil: none
+	releaser  *lease.Releaser   // leases whose release failed; see release.go
 
 	dueMu sync.Mutex
 	due   []func(time.Time) // NotifyDue's subscribers
@@ -40,6 +43,9 @@ type Dispatcher struct {
 	life     *lifecycle.Staged // Start, Close and the shutdown stages set in New
 	workers  sync.WaitGroup
 	retrying chan struct{} // closed when the release retry goroutine has exited
+
+	stopWrites, stopRenew chan struct{}  // closed at shutdown to stop retryWrites, renewLeases
+	writers, renewers     sync.WaitGroup // retryWrites, renewLeases
 }
 
 // New validates cfg and returns a Dispatcher ready to accept events; call
@@ -58,7 +64,13 @@ func New(cfg Config) (*Dispatcher, error) {
 		cold:     make(chan core.Event, cfg.ColdQueueSize),
 		inflight: newInflight(),
 		retrying: make(chan struct{}),
+		pending:  newPendingWrites(),
+
+		stopWrites: make(chan struct{}),
+		stopRenew:  make(chan struct{}),
 	}
+	d.inflight.lease, d.inflight.now = cfg.LeaseTimeout, cfg.Now
+	d.renewer, _ = core.StoreAs[core.LeaseRenewer](cfg.Store)
 	d.releaser = d.newReleaser()
 	d.life = lifecycle.NewStaged(lifecycle.Stages{
 		StopIntake:   d.inflight.stopIntake,
@@ -74,6 +86,14 @@ func New(cfg Config) (*Dispatcher, error) {
 				close(d.batch.in)
 				<-d.batch.done
 			}
+			// No worker or batcher writes any more: stop the retries and
+			// make the last attempt, with the leases still renewed; only
+			// then stop renewing.
+			close(d.stopWrites)
+			d.writers.Wait()
+			d.lastWrites(context.Background())
+			close(d.stopRenew)
+			d.renewers.Wait()
 		},
 		Final: d.releaseQueued,
 	})
@@ -83,13 +103,15 @@ func New(cfg Config) (*Dispatcher, error) {
 	switch bm, ok := core.StoreAs[core.BatchMarker](cfg.Store); {
 	case cfg.DeleteDelivered:
 		dd, _ := core.StoreAs[core.DoneDeleter](cfg.Store) // checked by withDefaults
-		d.batch = newDoneBatcher(d, "delete", func(ctx context.Context, owner string, ids []string, _ time.Time) (int64, error) {
+		d.batch = newDoneBatcher(d, "delete")
+		d.doneBatch = func(ctx context.Context, owner string, ids []string, _ time.Time) (int64, error) {
 			return dd.DeleteDoneBatch(ctx, cfg.DB, owner, ids)
-		})
+		}
 	case ok && cfg.DoneBatchSize > 1:
-		d.batch = newDoneBatcher(d, "DONE", func(ctx context.Context, owner string, ids []string, now time.Time) (int64, error) {
+		d.batch = newDoneBatcher(d, "DONE")
+		d.doneBatch = func(ctx context.Context, owner string, ids []string, now time.Time) (int64, error) {
 			return bm.MarkDoneBatch(ctx, cfg.DB, owner, ids, now)
-		})
+		}
 	}
 	return d, nil
 }
@@ -97,6 +119,11 @@ func New(cfg Config) (*Dispatcher, error) {
 // Owner returns the lease owner token of this dispatcher. The Poller feeding
 // it must claim with the same token.
 func (d *Dispatcher) Owner() string { return d.owner }
+
+// LeaseTimeout returns the lease duration of this dispatcher
+// (Config.LeaseTimeout, defaults applied). The Poller feeding it must claim
+// with the same one; poller.New takes it from here.
+func (d *Dispatcher) LeaseTimeout() time.Duration { return d.cfg.LeaseTimeout }
 
 // Start launches the workers and returns at once. It returns
 // core.ErrAlreadyStarted if the dispatcher was started before and
@@ -110,6 +137,11 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		}
 		for range d.cfg.Workers {
 			d.workers.Go(func() { d.work(work) })
+		}
+		// Owned: AfterHardStop stops and waits for both.
+		d.writers.Go(func() { d.retryWrites(work, d.stopWrites) })
+		if d.renewer != nil {
+			d.renewers.Go(func() { d.renewLeases(work, d.stopRenew) })
 		}
 		go func() { // owned: AfterHardStop waits on d.retrying
 			defer close(d.retrying)

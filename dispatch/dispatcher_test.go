@@ -434,8 +434,10 @@ func TestListenerTimeout(t *testing.T) {
 }
 
 // A store failure while recording the outcome must not turn into a listener
-// failure: nothing is retried, the failure is counted, the row keeps its
-// lease for a poller to reclaim after expiry.
+// failure: the listener is not called again, the failure is counted, the
+// write is tried again (here: once more, by shutdown's last attempt), and
+// what still fails leaves the row with its lease, for a poller to reclaim
+// after expiry.
 func TestStoreErrorIsNotListenerFailure(t *testing.T) {
 	t.Parallel()
 	for _, listenerErr := range []error{nil, errors.New("listener failed")} {
@@ -459,11 +461,12 @@ func TestStoreErrorIsNotListenerFailure(t *testing.T) {
 			t.Errorf("listener err %v: row = %v attempts %d locked by %q, want NEW 0 %q",
 				listenerErr, got.Status, got.Attempts, got.LockedBy, testOwner)
 		}
-		if n := h.metrics.Counts().StoreError; n != 1 {
-			t.Errorf("listener err %v: StoreError = %d, want 1", listenerErr, n)
+		writes := h.store.writeCall.Load()
+		if writes < 2 {
+			t.Errorf("listener err %v: %d write-backs, want the first and shutdown's last at least", listenerErr, writes)
 		}
-		if n := h.store.writeCall.Load(); n != 1 {
-			t.Errorf("listener err %v: %d write-backs, want 1", listenerErr, n)
+		if n := h.metrics.Counts().StoreError; n != writes {
+			t.Errorf("listener err %v: StoreError = %d, want one per write-back, %d", listenerErr, n, writes)
 		}
 	}
 }

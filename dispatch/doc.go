@@ -18,13 +18,34 @@
 //   - a listener panic is a failure whose error carries the panic value.
 //
 // Every write-back is fenced by the event's lease owner, so a dispatcher that
-// lost its lease cannot overwrite the outcome recorded by the new owner. A
-// store error while writing an outcome is not a listener failure: it is
-// logged and counted (Metrics.StoreError), and no attempt is charged. A
-// failed DONE write is tried again with backoff while the event stays in
-// flight, so that it causes no second delivery unless the dispatcher shuts
-// down or another instance claims the row first; after a failed RETRY or
-// DEAD write the row is left for its lease to expire and delivered again.
+// lost its lease cannot overwrite the outcome recorded by the new owner.
+//
+// # Lease renewal
+//
+// When the store implements core.LeaseRenewer (the SQL stores do, also
+// through a wrapper with Unwrap), the dispatcher renews the lease of every
+// event it holds (queued, being delivered, or with an outcome being written)
+// every Config.LeaseTimeout/3, one statement per owner, so that a listener
+// slower than the lease causes no second delivery on any number of
+// instances, and the lease (30 s by default) only decides how soon the
+// events of a crashed instance are claimed again. A renewal that finds a
+// lease lost (another owner took the row) cancels that delivery's listener
+// context (context.Cause reports the lost lease) and writes no outcome for
+// it. Without the capability (a custom store) there is no renewal, and a
+// delivery that outlives its lease may be delivered again elsewhere.
+//
+// # Write-backs
+//
+// A store error while writing an outcome is not a listener failure: it is
+// logged and counted (Metrics.StoreError), and no attempt is charged. Every
+// write-back (DONE, batched or not, RETRY and DEAD), through a wrapped store
+// or not, is tried again with backoff from 100 ms to 10 s for as long as the
+// event stays held by this dispatcher, which keeps renewing its lease
+// meanwhile; so a failed write-back never causes another delivery by
+// itself. Leases the dispatcher gives back (events the hot queue refused,
+// deliveries interrupted by shutdown) are released with the same backoff.
+// Close makes one last attempt; what still fails is left leased, and is
+// delivered again once its lease expires.
 //
 // When the store implements core.BatchMarker (the SQL stores do), DONE
 // outcomes are written in batches: one UPDATE for up to
@@ -36,11 +57,12 @@
 //
 // # Wiring
 //
-// Writer, Dispatcher and Poller share one lease owner token:
+// Writer, Dispatcher and Poller share one lease owner token and one lease
+// duration (Config.LeaseTimeout; the poller takes both from the dispatcher):
 //
 //	d, err := dispatch.New(dispatch.Config{Store: st, DB: db, Registry: reg})
 //	w, err := core.NewWriter(core.WriterConfig{Store: st, Hook: d.WriterHook()})
-//	p, err := poller.New(poller.Config{Store: st, DB: db, Handler: d}) // Owner defaults to d.Owner()
+//	p, err := poller.New(poller.Config{Store: st, DB: db, Handler: d}) // Owner, LeaseTimeout from d
 //	d.Start(ctx); p.Start(ctx)
 //	defer d.Close(ctx) // runs second: the poller stops feeding first
 //	defer p.Close(ctx)
@@ -56,8 +78,9 @@
 //
 // Close (or cancelling Start's context) stops intake, lets the workers drain
 // the queues for up to Config.DrainTimeout, then cancels the contexts of
-// listeners still running and waits for them, and writes the last batch of
-// DONE outcomes. A listener interrupted that way
+// listeners still running and waits for them, writes the last batch of
+// DONE outcomes and makes the last attempt at the write-backs still failing
+// (leases renewed until then). A listener interrupted that way
 // is not charged an attempt: its lease is released. Events still queued have
 // their leases released too, so another instance can claim them at once.
 // Close returns when no goroutine of the dispatcher is left.
@@ -67,12 +90,15 @@ package dispatch
 //
 //	dispatcher.go  the Dispatcher type, New, Start, Close and the shutdown
 //	               stages (run by internal/lifecycle.Staged), due-time callbacks
-//	inflight.go    what is in flight: the tracker of held ids, and intake
+//	inflight.go    what is held: the tracker's entries and their states,
+//	               stale-claim tombstones, and intake
 //	queues.go      the hot and cold queues: offers, capacity, the fair next
 //	worker.go      a worker's loop: take, deliver, record
 //	deliver.go     interceptors and the listener, panics recovered
-//	record.go      one-by-one outcome write-backs (DONE, RETRY, DEAD, release)
+//	record.go      from a delivery's result to its outcome (or a release)
+//	writeback.go   the one write-back path: first attempt, retries, last try
 //	done.go        the DONE batcher
+//	renew.go       lease renewal of every held event
 //	release.go     leases whose release failed (internal/lease.Releaser)
 //	hook.go        the writer hook that feeds the hot queue
 //	config.go      Config, its defaults and validation

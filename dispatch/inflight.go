@@ -1,66 +1,145 @@
 package dispatch
 
 import (
+	"context"
+	"errors"
 	"sync"
+	"time"
 
 	"github.com/outboxkit/outbox/core"
 )
 
+// errLeaseLost is the cause of a listener context cancelled because the
+// event's lease was found lost by a renewal (context.Cause reports it).
+var errLeaseLost = errors.New("outbox: the event's lease was lost to another owner")
+
 // inflight is the set of events the dispatcher holds: queued, being
-// delivered, or with their DONE or DEAD being written. An id it holds is
-// never accepted again, so an event is not delivered twice by one
-// dispatcher, and a lease this dispatcher holds is never released behind its
-// back. It also owns intake: once stopped, no event enters.
+// delivered, or with an outcome being written. An id it holds is never
+// accepted twice, so an event is not delivered twice by one dispatcher, and
+// a lease this dispatcher holds is never released behind its back. Every
+// event it holds has its lease renewed (see renew.go). It also owns intake:
+// once stopped, no event enters.
+//
+// Each held event has an entry, whose state says what a new claim of the
+// same id means:
+//
+//   - active: queued or being delivered. A claim of it is this dispatcher's
+//     own poller renewing the lease (it expired: renewal is off or failing):
+//     the event stays held, no second copy is queued.
+//   - finishing: a terminal outcome (DONE, DEAD) is being written, and
+//     retried until it lands. A claim of it is, again, a renewal.
+//   - reopening: an outcome that makes the row claimable again (RETRY) is
+//     being written, and retried until it lands. Until it lands the row is
+//     leased by this dispatcher and renewed, so no poller claims it; the
+//     moment it lands, this dispatcher's own poller may claim the row, and
+//     must not find it held, or the event would stay leased, undelivered,
+//     until its lease expired. So a claim of a reopening entry replaces it:
+//     the new claim is queued as a new entry, and the pending write of the
+//     old one, no longer current, is dropped (or, already landed, only
+//     finds its entry gone).
+//
+// A write-back removes its entry only if it is still current (the same
+// pointer), so that the write of an old delivery never untracks a newer
+// one. A renewal that finds a lease lost removes the entry at once and
+// cancels its listener: the dispatcher writes no outcome for it.
 //
 // The ordering guarantees the rest of the package relies on:
 //
 //   - An id is tracked before any worker can take its event from a queue:
 //     offer sends and tracks under one lock, so a worker cannot untrack the
 //     id before it is tracked.
-//   - An outcome that makes the row claimable again (RETRY, a lease release)
-//     untracks the event BEFORE it is written: the moment it is, this
-//     dispatcher's own poller may claim the row and must find the id
-//     untracked, or EnqueueCold would take the event for one still held here
-//     and it would stay leased, undelivered, until its lease expired. Until
-//     the write the row is leased by this dispatcher, so no poller claims it.
-//   - Terminal outcomes (DONE, DEAD) untrack AFTER the write: a poller that
-//     re-claims the event meanwhile (its lease expired during a slow
-//     delivery) then sees it held. A DONE written in a batch untracks when
-//     its batch is written, or when it is given up.
+//   - An entry leaves the tracker only AFTER its outcome is written (or the
+//     write is given up, or the lease is lost): until then its lease is
+//     renewed and a claim of it by this dispatcher's own poller finds it
+//     held (or, reopening, replaces it).
+//   - A claim that committed BEFORE an outcome landed may be offered AFTER
+//     the entry left (the poller claims, the write lands and untracks, then
+//     the poller hands over what it claimed): offering it would deliver a
+//     finished event again. Such a claim is possible only if the lease had
+//     expired, which renewal prevents unless it was failing; so an entry
+//     that leaves with a lease older than half the lease timeout leaves a
+//     tombstone, its id and the time it left, for one lease timeout, and an
+//     offer of that id whose lease (the claim's time) is not later than the
+//     tombstone is stale and refused. A later claim (a RETRY that fell due,
+//     a DEAD event replayed) is accepted.
 //   - Once intake has stopped (stopIntake), no offer succeeds, so the workers
 //     can drain the queues knowing that once empty they stay empty.
 type inflight struct {
 	mu      sync.Mutex
-	ids     map[string]struct{}
+	ids     map[string]*entry
 	stopped bool // intake stopped; set once, never cleared
+
+	lease time.Duration    // the lease timeout; 0: no tombstones
+	now   func() time.Time // the dispatcher's clock
+	tombs map[string]time.Time
+	order []tomb // tombs in the order they were made, to expire them
 }
 
-func newInflight() *inflight { return &inflight{ids: make(map[string]struct{})} }
+// entryState is what a held event is waiting for; see inflight.
+type entryState int
+
+const (
+	active    entryState = iota // queued or being delivered
+	finishing                   // a DONE or DEAD is being written
+	reopening                   // a RETRY is being written
+)
+
+// entry is one held event.
+type entry struct {
+	id, owner string
+	state     entryState
+	leasedAt  time.Time               // when its lease was last set: claim, insert or renewal
+	cancel    context.CancelCauseFunc // cancels the listener while it runs; nil otherwise
+	lost      bool                    // a renewal found the lease lost
+}
+
+type tomb struct {
+	id string
+	at time.Time
+}
+
+// maxTombs bounds the tombstones; beyond it the oldest are dropped early.
+const maxTombs = 100_000
+
+func newInflight() *inflight {
+	return &inflight{ids: make(map[string]*entry), tombs: make(map[string]time.Time), now: time.Now}
+}
 
 // offerResult is what became of an event offered to a queue.
 type offerResult int
 
 const (
 	queued  offerResult = iota
-	held                // the id is tracked already: queued or in flight
-	refused             // the queue is full or intake has stopped
+	held                // the id is held already: queued, in flight or finishing
+	refused             // the queue is full, intake has stopped, or the claim is stale
 )
 
 // offer queues ev on q without blocking and tracks its id, unless the id is
-// held already or intake has stopped or q is full.
+// held already, intake has stopped, q is full or the offer is a stale claim
+// of an event that has just left (see inflight).
 func (f *inflight) offer(q chan<- core.Event, ev core.Event) offerResult {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, dup := f.ids[ev.ID()]; dup {
+	id := ev.ID()
+	old, dup := f.ids[id]
+	if dup && old.state != reopening {
 		return held
 	}
+	// A reopening entry's id offered again is a new claim: it is queued as
+	// any other, or refused (and released by the poller), never held.
 	if f.stopped {
 		return refused
 	}
+	if at, ok := f.tombs[id]; ok {
+		if !ev.LockedAt.After(at) {
+			return refused
+		}
+		delete(f.tombs, id)
+	}
 	select {
 	case q <- ev:
-		// Under f.mu: the worker that takes ev cannot untrack it first.
-		f.ids[ev.ID()] = struct{}{}
+		// Under f.mu: the worker that takes ev cannot look it up first.
+		f.ids[id] = &entry{id: id, owner: ev.LockedBy, leasedAt: ev.LockedAt}
 		return queued
 	default:
 		return refused
@@ -75,8 +154,133 @@ func (f *inflight) held(id string) bool {
 	return ok
 }
 
-// untrack forgets id: the dispatcher accepts it again. See the type's doc for
-// when to call it, before or after the outcome's write.
+// begin returns the entry of id, taken from a queue, and records cancel as
+// its listener's; nil when the entry left meanwhile (its lease was lost).
+func (f *inflight) begin(id string, cancel context.CancelCauseFunc) *entry {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e := f.ids[id]
+	if e != nil {
+		e.cancel = cancel
+	}
+	return e
+}
+
+// writing moves e, whose delivery is over, to the state of the outcome
+// about to be written, and reports whether it may be written: false when
+// its lease was lost, and the dispatcher must write nothing.
+func (f *inflight) writing(e *entry, s entryState) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e.cancel = nil
+	if e.lost || f.ids[e.id] != e {
+		return false
+	}
+	e.state = s
+	return true
+}
+
+// current reports whether e is still the entry of its id: its lease is not
+// lost and no newer claim replaced it.
+func (f *inflight) current(e *entry) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ids[e.id] == e
+}
+
+// done removes e once its outcome is written (or given up): a no-op when e
+// is no longer current.
+func (f *inflight) done(e *entry) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.removeLocked(e)
+}
+
+func (f *inflight) removeLocked(e *entry) {
+	if f.ids[e.id] != e {
+		return
+	}
+	delete(f.ids, e.id)
+	if f.lease <= 0 {
+		return
+	}
+	now := f.now()
+	if now.Sub(e.leasedAt) <= f.lease/2 {
+		return // no claim of it can have happened: its lease never expired
+	}
+	f.expireTombs(now)
+	if len(f.order) >= maxTombs {
+		f.dropTomb()
+	}
+	f.tombs[e.id] = now
+	f.order = append(f.order, tomb{e.id, now})
+}
+
+// expireTombs drops the tombstones older than one lease timeout: by then any
+// claim made before they were laid has been handed over.
+func (f *inflight) expireTombs(now time.Time) {
+	for len(f.order) > 0 && now.Sub(f.order[0].at) > f.lease {
+		f.dropTomb()
+	}
+}
+
+func (f *inflight) dropTomb() {
+	t := f.order[0]
+	f.order = f.order[1:]
+	if at, ok := f.tombs[t.id]; ok && at.Equal(t.at) {
+		delete(f.tombs, t.id)
+	}
+}
+
+// leases returns the entries whose leases are to be renewed, by owner.
+func (f *inflight) leases() map[string][]*entry {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	byOwner := make(map[string][]*entry)
+	for _, e := range f.ids {
+		if e.owner != "" {
+			byOwner[e.owner] = append(byOwner[e.owner], e)
+		}
+	}
+	return byOwner
+}
+
+// renewed records the result of a renewal of es at now: the entries whose id
+// is in lost leave the tracker and their listeners are cancelled; the others
+// have their lease time moved to now. It returns how many queued or running
+// deliveries it found lost; an entry whose outcome was being written is
+// usually reported lost because the write has just landed, and is not
+// counted.
+func (f *inflight) renewed(es []*entry, lost []string, now time.Time) int {
+	gone := make(map[string]bool, len(lost))
+	for _, id := range lost {
+		gone[id] = true
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, e := range es {
+		if f.ids[e.id] != e {
+			continue // left or replaced meanwhile
+		}
+		if !gone[e.id] {
+			e.leasedAt = now
+			continue
+		}
+		if e.state == active {
+			n++
+		}
+		e.lost = true
+		if e.cancel != nil {
+			e.cancel(errLeaseLost)
+		}
+		f.removeLocked(e)
+	}
+	return n
+}
+
+// untrack forgets id whatever its entry: the dispatcher accepts it again.
+// Used for events it gives back (lease released) without delivering them.
 func (f *inflight) untrack(id string) {
 	f.mu.Lock()
 	delete(f.ids, id)

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/outboxkit/outbox/core"
 )
@@ -86,4 +87,65 @@ func TestInflightTrackedBeforeTaken(t *testing.T) {
 		}
 	}
 	wg.Wait()
+}
+
+// A claim made before an outcome landed but offered after its entry left is
+// refused as stale when the lease had expired (renewal off or failing); a
+// later claim of the same id (a RETRY that fell due) is accepted.
+func TestInflightStaleClaimRefused(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	f := newInflight()
+	f.lease, f.now = time.Second, func() time.Time { return now }
+	q := make(chan core.Event, 2)
+	ev := eventWithID(t, "a")
+	ev.LockedBy, ev.LockedAt = "me", now
+	if f.offer(q, ev) != queued {
+		t.Fatal("first offer not queued")
+	}
+	<-q
+	e := f.begin("a", nil)
+	now = now.Add(2 * time.Second) // the delivery outlived the lease
+	stale := ev
+	stale.LockedAt = now // this dispatcher's poller claimed it again...
+	if got := f.offer(q, stale); got != held {
+		t.Fatalf("claim while in flight = %v, want held", got)
+	}
+	if !f.writing(e, finishing) {
+		t.Fatal("entry not writable")
+	}
+	now = now.Add(time.Millisecond)
+	f.done(e) // ...then DONE landed, and only then is the claim handed over
+	if got := f.offer(q, stale); got != refused || len(q) != 0 {
+		t.Fatalf("stale claim after the outcome = %v, want refused", got)
+	}
+	later := ev
+	later.LockedAt = now.Add(time.Second)
+	if got := f.offer(q, later); got != queued {
+		t.Fatalf("later claim = %v, want queued", got)
+	}
+}
+
+// An entry whose RETRY is being written is replaced by a new claim: the
+// RETRY landed and this dispatcher's poller claimed the row when it fell
+// due; the old write no longer finds its entry current.
+func TestInflightReopeningReplaced(t *testing.T) {
+	t.Parallel()
+	f := newInflight()
+	q := make(chan core.Event, 2)
+	ev := eventWithID(t, "a")
+	f.offer(q, ev)
+	<-q
+	e := f.begin("a", nil)
+	f.writing(e, reopening)
+	if got := f.offer(q, ev); got != queued {
+		t.Fatalf("claim of a reopening entry = %v, want queued", got)
+	}
+	if f.current(e) {
+		t.Error("replaced entry still current")
+	}
+	f.done(e) // the old write lands: the new entry stays
+	if !f.held("a") {
+		t.Error("new entry untracked by the old write")
+	}
 }

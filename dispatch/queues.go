@@ -15,7 +15,10 @@ import "github.com/outboxkit/outbox/core"
 // dispatcher's owner (the poller merely renewed the lease of an event this
 // dispatcher still holds, even one whose DONE or DEAD is being written, and
 // must not release it) and false otherwise. An event whose RETRY is being
-// written is no longer held: a claim of it is queued as usual.
+// written is no longer held: a claim of it is queued as usual. A stale claim
+// (one made before this dispatcher's outcome for the event landed, handed
+// over after; see inflight.go) is refused: its release by the poller is
+// fenced off by the outcome.
 func (d *Dispatcher) EnqueueCold(ev core.Event) bool {
 	switch d.inflight.offer(d.cold, ev) {
 	case queued:

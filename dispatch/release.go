@@ -14,7 +14,7 @@ import (
 // hot-path events the hot queue refused or that are not yet due, and events
 // whose delivery shutdown interrupted. When such a release fails (the
 // database was unreachable for a moment), the events would wait for their
-// lease to expire, the poller's LeaseTimeout (5 minutes by default), before
+// lease to expire, Config.LeaseTimeout (30 seconds by default), before
 // any instance delivered them. Instead their ids are kept in a
 // lease.Releaser, and a goroutine tries again with backoff until a release
 // lands or the dispatcher shuts down, whose last step makes one more

@@ -17,20 +17,22 @@ func (d *Dispatcher) work(ctx context.Context) {
 	}
 }
 
-// process delivers one event and records its outcome.
+// process delivers one event and records its outcome. The listener runs on a
+// context of its own, which the lease renewal cancels (cause errLeaseLost)
+// when it finds the event's lease lost.
 func (d *Dispatcher) process(ctx context.Context, ev core.Event) {
 	now := d.cfg.Now()
 	d.cfg.Metrics.QueueDepths(len(d.hot), len(d.cold))
 	if !ev.CreatedAt.IsZero() {
 		d.cfg.Metrics.OldestLag(now.Sub(ev.CreatedAt))
 	}
-	res, err := d.deliver(ctx, ev)
-	if res == delivered && d.batch != nil {
-		d.cfg.Metrics.DispatchSuccess()
-		d.batch.add(ev) // untracked once its DONE is written
+	lctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	e := d.inflight.begin(ev.ID(), cancel)
+	if e == nil {
+		d.eventLog(d.log.Warn(), ev).Msg("outbox lease lost while the event was queued; not delivered")
 		return
 	}
-	d.record(ctx, ev, res, err)
-	d.inflight.untrack(ev.ID()) // after a terminal write; a no-op after RETRY or a release
-
+	res, err := d.deliver(lctx, ev)
+	d.record(ctx, e, ev, res, err)
 }

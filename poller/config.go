@@ -12,7 +12,9 @@ import (
 
 // Defaults applied by New to zero Config fields.
 const (
-	DefaultLeaseTimeout = 5 * time.Minute
+	// DefaultLeaseTimeout is core.DefaultLeaseTimeout (30 seconds), used
+	// when the Handler does not tell its own lease timeout.
+	DefaultLeaseTimeout = core.DefaultLeaseTimeout
 	DefaultBatchSize    = 100
 	DefaultInterval     = 5 * time.Second
 	DefaultClaimTimeout = 30 * time.Second
@@ -49,9 +51,14 @@ type Config struct {
 	// bytes.
 	Owner string
 	// LeaseTimeout is how long a claim holds an event before another claimer
-	// may take it. It must exceed the time an event can wait in the queue
-	// plus its delivery; outbox.New checks that it exceeds the dispatcher's
-	// ListenerTimeout plus DoneBatchLinger. Default 5 minutes.
+	// may take it. The dispatcher owns the setting
+	// (dispatch.Config.LeaseTimeout), since it renews the leases of the
+	// events it holds: when Handler has a LeaseTimeout() time.Duration
+	// method (as *dispatch.Dispatcher does), that is the default, and a
+	// different value here is rejected, since a poller whose lease is
+	// shorter than the one renewals keep would reclaim held events, and a
+	// longer one would delay crash recovery the dispatcher does not expect.
+	// Otherwise the default is DefaultLeaseTimeout, 30 seconds.
 	LeaseTimeout time.Duration
 	// SkipRecent leaves events created less than this long ago to the hot
 	// path. Default 0: claim everything due.
@@ -92,6 +99,11 @@ func (c Config) validate() error {
 	config.NonNegative(&v, "BatchSize", c.BatchSize)
 	config.NonNegative(&v, "Interval", c.Interval)
 	config.NonNegative(&v, "ClaimTimeout", c.ClaimTimeout)
+	if h, ok := c.Handler.(interface{ LeaseTimeout() time.Duration }); ok && c.LeaseTimeout > 0 {
+		v.Check(c.LeaseTimeout == h.LeaseTimeout(),
+			"LeaseTimeout %s differs from the handler's lease timeout %s; set it on the dispatcher (dispatch.Config.LeaseTimeout) and leave it zero here",
+			c.LeaseTimeout, h.LeaseTimeout())
+	}
 	return v.Err()
 }
 
@@ -107,6 +119,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Owner == "" {
 		c.Owner = core.NewOwner()
+	}
+	if h, ok := c.Handler.(interface{ LeaseTimeout() time.Duration }); ok && c.LeaseTimeout == 0 {
+		c.LeaseTimeout = h.LeaseTimeout()
 	}
 	c.LeaseTimeout = cmp.Or(c.LeaseTimeout, DefaultLeaseTimeout)
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)

@@ -97,6 +97,10 @@ func New(cfg Config) (*Poller, error) {
 // Owner returns the lease owner token the poller claims with.
 func (p *Poller) Owner() string { return p.cfg.Owner }
 
+// LeaseTimeout returns the lease the poller claims with (Config.LeaseTimeout,
+// defaults applied).
+func (p *Poller) LeaseTimeout() time.Duration { return p.cfg.LeaseTimeout }
+
 // Start launches the polling loop and returns at once; the first poll runs
 // immediately. It returns core.ErrAlreadyStarted if the poller was started
 // before and core.ErrClosed after Close. Cancelling ctx stops the poller as

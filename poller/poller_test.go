@@ -471,3 +471,42 @@ func TestLoopTiming(t *testing.T) {
 		})
 	})
 }
+
+// leaseHandler is a handler that tells its lease, as *dispatch.Dispatcher
+// does.
+type leaseHandler struct {
+	fakeHandler
+	lease time.Duration
+}
+
+func (h *leaseHandler) LeaseTimeout() time.Duration { return h.lease }
+
+// One lease: the poller takes its handler's, and rejects a different one.
+func TestLeaseFromHandler(t *testing.T) {
+	t.Parallel()
+	h := &leaseHandler{lease: 7 * time.Second}
+	cfg := poller.Config{Store: newFakeStore(), DB: nopDB{}, Handler: h}
+	p, err := poller.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.LeaseTimeout(); got != h.lease {
+		t.Errorf("lease = %s, want the handler's %s", got, h.lease)
+	}
+	cfg.LeaseTimeout = h.lease
+	if _, err := poller.New(cfg); err != nil {
+		t.Errorf("the handler's lease set again: %v", err)
+	}
+	cfg.LeaseTimeout = time.Second
+	if _, err := poller.New(cfg); !errors.Is(err, core.ErrInvalid) || !strings.Contains(err.Error(), "LeaseTimeout") {
+		t.Errorf("a different lease: err = %v, want ErrInvalid naming LeaseTimeout", err)
+	}
+	cfg.Handler, cfg.LeaseTimeout = &fakeHandler{}, 0
+	p, err = poller.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.LeaseTimeout(); got != poller.DefaultLeaseTimeout {
+		t.Errorf("a handler without a lease: lease %s, want the default %s", got, poller.DefaultLeaseTimeout)
+	}
+}

@@ -19,7 +19,8 @@ import (
 )
 
 // TestLeaseExpirySlowListener: instance A's listener is slower than the
-// lease. Instance B's poller reclaims A's events once their leases expire
+// lease, and A cannot renew leases (its store hides core.LeaseRenewer, as a
+// custom store would). Instance B's poller reclaims A's events once their leases expire
 // and delivers them; only then does A's listener return, half of the time
 // with success and half with an error. A's write-backs must be fenced off:
 // the rows keep B's outcome (DONE, no attempt charged, B's done_at). Every
@@ -63,7 +64,7 @@ func TestLeaseExpirySlowListener(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		a := startNode(t, tg.Store, tg.DB, regA, testnode.Options{
+		a := startNode(t, noRenewal{tg.Store}, tg.DB, regA, testnode.Options{
 			Dispatch: func(c *dispatch.Config) { c.Workers = count }, // every event in A's listener at once
 			Poller: func(c *poller.Config) {
 				c.LeaseTimeout = lease
@@ -108,9 +109,11 @@ func TestLeaseExpirySlowListener(t *testing.T) {
 }
 
 // TestLeaseExpirySameInstance: one instance whose listener is slower than
-// the lease. Its own poller finds the expired leases and claims the events
-// again, but the dispatcher knows they are in flight and takes no second
-// copy: each event is delivered once.
+// the lease, and no lease renewal (countingStore hides core.LeaseRenewer).
+// Its own poller finds the expired leases and claims the events again, but
+// the dispatcher knows they are in flight and takes no second copy, and a
+// claim made before an outcome landed but handed over after it is refused
+// as stale: each event is delivered once.
 func TestLeaseExpirySameInstance(t *testing.T) {
 	t.Parallel()
 	forEachDialect(t, testdb.Dialects, func(t *testing.T, tg testdb.Target) {
@@ -187,7 +190,17 @@ func waitDone(ctx context.Context, st core.Store, db core.DBTX, id string) (core
 	}
 }
 
-// countingStore counts the rows its claims return.
+// noRenewal hides the optional capabilities of the store it embeds but DONE
+// batches, lease renewal among them, as a custom store without
+// core.LeaseRenewer would: it has no Unwrap.
+type noRenewal struct{ core.Store }
+
+// MarkDoneBatch keeps the dispatcher on its default, batching, path.
+func (s noRenewal) MarkDoneBatch(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, error) {
+	return markDoneBatch(ctx, s.Store, db, owner, ids, now)
+}
+
+// countingStore counts the rows its claims return. It hides lease renewal.
 type countingStore struct {
 	core.Store
 	claimed atomic.Int64

@@ -11,11 +11,12 @@ import (
 
 // Every capability the shared SQL store gives this Store.
 var (
-	_ core.Store       = (*Store)(nil)
-	_ core.BatchMarker = (*Store)(nil)
-	_ core.DoneDeleter = (*Store)(nil)
-	_ core.Inspector   = (*Store)(nil)
-	_ core.Locker      = (*Store)(nil)
+	_ core.Store        = (*Store)(nil)
+	_ core.BatchMarker  = (*Store)(nil)
+	_ core.DoneDeleter  = (*Store)(nil)
+	_ core.LeaseRenewer = (*Store)(nil)
+	_ core.Inspector    = (*Store)(nil)
+	_ core.Locker       = (*Store)(nil)
 )
 
 // Table returns the table this store works on, schema-qualified when it has a
@@ -87,6 +88,12 @@ func (s *Store) MarkDoneBatch(ctx context.Context, db core.DBTX, owner string, i
 // many it deleted. It implements core.DoneDeleter.
 func (s *Store) DeleteDoneBatch(ctx context.Context, db core.DBTX, owner string, ids []string) (int64, error) {
 	return s.shared.DeleteDoneBatch(ctx, db, owner, ids)
+}
+
+// RenewLeases extends to now the leases owner still holds on ids and returns the ids
+// whose lease is gone. It implements core.LeaseRenewer.
+func (s *Store) RenewLeases(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) ([]string, error) {
+	return s.shared.RenewLeases(ctx, db, owner, ids, now)
 }
 
 // QueryDead returns the DEAD events matching f, oldest first. It implements

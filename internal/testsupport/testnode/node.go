@@ -70,6 +70,14 @@ func Start(t testing.TB, st core.Store, db *sql.DB, reg *core.Registry, def Defa
 	dcfg := dispatch.Config{
 		Store: st, DB: db, Registry: reg, Metrics: n.Metrics, Logger: def.Logger, Retry: def.Retry,
 	}
+	if o.Poller != nil {
+		// One lease for the dispatcher and its poller: a lease set through
+		// Options.Poller is the dispatcher's too (poller.New rejects a
+		// poller lease that differs from its dispatcher's).
+		var probe poller.Config
+		o.Poller(&probe)
+		dcfg.LeaseTimeout = probe.LeaseTimeout
+	}
 	if o.Dispatch != nil {
 		o.Dispatch(&dcfg)
 	}

@@ -126,14 +126,14 @@ func runWorker(o options) error {
 	d, err := dispatch.New(dispatch.Config{
 		Store: st, DB: db, Registry: reg, Owner: owner,
 		Workers: o.workers, ColdQueueSize: o.coldQueue, MaxAttempts: o.maxAttempts,
-		Retry: chaos.Backoff(), Logger: logger,
+		Retry: chaos.Backoff(), Logger: logger, LeaseTimeout: o.lease,
 	})
 	if err != nil {
 		return err
 	}
 	p, err := poller.New(poller.Config{
 		Store: st, DB: db, Handler: d,
-		LeaseTimeout: o.lease, Interval: o.interval, BatchSize: o.batch, Logger: logger,
+		Interval: o.interval, BatchSize: o.batch, Logger: logger, // the lease is the dispatcher's
 	})
 	if err != nil {
 		return err

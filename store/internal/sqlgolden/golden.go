@@ -31,6 +31,7 @@ type Store interface {
 	core.Store
 	core.BatchMarker
 	core.DoneDeleter
+	core.LeaseRenewer
 	core.Inspector
 	CreateSchema(ctx context.Context, db core.DBTX) error
 }
@@ -92,6 +93,10 @@ var ops = []op{
 	}},
 	{"batch", "DeleteDoneBatch of three events", func(ctx context.Context, st Store, db core.DBTX) error {
 		_, err := st.DeleteDoneBatch(ctx, db, "owner", three)
+		return err
+	}},
+	{"lease", "RenewLeases of three events", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.RenewLeases(ctx, db, "owner", three, now)
 		return err
 	}},
 	{"get", "Get", func(ctx context.Context, st Store, db core.DBTX) error {

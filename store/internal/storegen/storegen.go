@@ -51,6 +51,8 @@ var Methods = []Method{
 		"records the delivery of the ids owner still leases and returns how many\nrows it changed. It implements core.BatchMarker."},
 	{"DeleteDoneBatch", "ctx context.Context, db core.DBTX, owner string, ids []string", "ctx, db, owner, ids", "(int64, error)",
 		"deletes the rows of the delivered ids owner still leases and returns how\nmany it deleted. It implements core.DoneDeleter."},
+	{"RenewLeases", "ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time", "ctx, db, owner, ids, now", "([]string, error)",
+		"extends to now the leases owner still holds on ids and returns the ids\nwhose lease is gone. It implements core.LeaseRenewer."},
 	{"QueryDead", "ctx context.Context, db core.DBTX, f core.DeadFilter", "ctx, db, f", "([]core.Event, error)",
 		"returns the DEAD events matching f, oldest first. It implements\ncore.DeadStore."},
 	{"CountDead", "ctx context.Context, db core.DBTX, f core.DeadFilter", "ctx, db, f", "(int64, error)",
@@ -69,7 +71,7 @@ var Methods = []Method{
 
 // Capabilities are the interfaces every dialect Store implements; the
 // generated file asserts them at compile time.
-var Capabilities = []string{"core.Store", "core.BatchMarker", "core.DoneDeleter", "core.Inspector"}
+var Capabilities = []string{"core.Store", "core.BatchMarker", "core.DoneDeleter", "core.LeaseRenewer", "core.Inspector"}
 
 // LockMethods are the methods of core.Locker, generated for the dialects
 // whose database has named locks (Dialect.Locks).

@@ -1,0 +1,245 @@
+package dispatch
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Write-backs: the one path every outcome takes to the store.
+//
+// An outcome (DONE, RETRY, DEAD) is a writeOp on the tracker entry of its
+// event. Its first attempt is made by the worker (or, for DONE outcomes
+// written in batches, by the batcher). A write that fails (the database was
+// unreachable for a moment) is kept in pendingWrites and tried again by one
+// goroutine (retryWrites) with backoff from writeRetryMin to writeRetryMax,
+// for as long as the event stays held: its entry stays in the tracker, so
+// its lease keeps being renewed and this dispatcher's own poller, should it
+// claim the row, finds it held. A write whose entry is no longer current
+// (its lease was lost, or a newer claim replaced a reopening entry) is
+// dropped without being tried: the row is no longer this delivery's to
+// write. So a failed write-back never causes another delivery by itself.
+//
+// Shutdown makes one last attempt once the workers and the batcher are
+// done; what still fails is let go: its row stays leased by this
+// dispatcher until the lease expires (Config.LeaseTimeout), and then the
+// event is delivered again by whichever instance claims it.
+const (
+	writeRetryMin = 100 * time.Millisecond
+	writeRetryMax = 10 * time.Second
+	// maxUnwritten bounds the outcomes kept for another try; beyond it,
+	// events are let go at once.
+	maxUnwritten = 100_000
+)
+
+// writeKind is the outcome a writeOp records.
+type writeKind int
+
+const (
+	writeDone writeKind = iota
+	writeRetry
+	writeDead
+)
+
+func (k writeKind) String() string {
+	switch k {
+	case writeDone:
+		return "done"
+	case writeRetry:
+		return "retry"
+	default:
+		return "dead"
+	}
+}
+
+// writeOp is one outcome to write: only what the write needs, so that a
+// pending write holds no payload.
+type writeOp struct {
+	e       *entry
+	kind    writeKind
+	at      time.Time // RETRY: when the next attempt is due; DEAD: done_at
+	lastErr string    // RETRY, DEAD
+}
+
+// write makes the first attempt at op and keeps it for the retry goroutine
+// if it fails.
+func (d *Dispatcher) write(ctx context.Context, op writeOp) {
+	if failed := d.apply(ctx, []writeOp{op}); len(failed) > 0 {
+		d.pending.keep(d, failed)
+	}
+}
+
+// apply writes ops, each bounded by one StoreTimeout for the call, on a
+// context shutdown does not cancel, and returns those that failed. DONE
+// outcomes go in batches per owner when the dispatcher batches them
+// (d.doneBatch), the others one by one. Ops whose entry is no longer current
+// are dropped. A failed write is an infrastructure failure, not a listener
+// failure: it is logged and counted (Metrics.StoreError), and no attempt is
+// charged.
+func (d *Dispatcher) apply(ctx context.Context, ops []writeOp) (failed []writeOp) {
+	if len(ops) == 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.StoreTimeout)
+	defer cancel()
+	now := d.cfg.Now()
+	byOwner := map[string][]writeOp{}
+	var owners []string
+	for _, op := range ops {
+		if !d.inflight.current(op.e) {
+			continue // lease lost or replaced: nothing of this delivery to write
+		}
+		if op.kind == writeDone && d.doneBatch != nil {
+			if _, ok := byOwner[op.e.owner]; !ok {
+				owners = append(owners, op.e.owner)
+			}
+			byOwner[op.e.owner] = append(byOwner[op.e.owner], op)
+			continue
+		}
+		ok, err := d.writeOne(wctx, op, now)
+		if err != nil {
+			d.cfg.Metrics.StoreError()
+			d.log.Error().Err(err).Str("event_id", op.e.id).Str("write", op.kind.String()).
+				Msg("outbox write-back failed; trying again while the event stays leased")
+			failed = append(failed, op)
+			continue
+		}
+		d.landed(op, ok)
+	}
+	for _, owner := range owners {
+		g := byOwner[owner]
+		ids := make([]string, len(g))
+		for i, op := range g {
+			ids[i] = op.e.id
+		}
+		n, err := d.doneBatch(wctx, owner, ids, now)
+		switch {
+		case err != nil:
+			d.cfg.Metrics.StoreError()
+			d.log.Error().Err(err).Int("events", len(ids)).Str("first_event_id", ids[0]).Str("write", d.batch.what).
+				Msg("outbox write-back of delivered events failed; trying again while the events stay leased")
+			failed = append(failed, g...)
+			continue
+		case n < int64(len(ids)):
+			d.log.Warn().Int("events", len(ids)).Int64("written", n).Str("first_event_id", ids[0]).Str("write", d.batch.what).
+				Msg("outbox write-back fenced for part of a batch of delivered events: leases lost to another owner or rows terminal")
+		}
+		for _, op := range g {
+			d.inflight.done(op.e)
+		}
+	}
+	return failed
+}
+
+// writeOne writes op on its own, fenced by its lease owner.
+func (d *Dispatcher) writeOne(ctx context.Context, op writeOp, now time.Time) (bool, error) {
+	st, owner, id := d.cfg.Store, op.e.owner, op.e.id
+	switch op.kind {
+	case writeDone:
+		return st.MarkDone(ctx, d.cfg.DB, owner, id, now)
+	case writeRetry:
+		return st.MarkRetry(ctx, d.cfg.DB, owner, id, op.at, op.lastErr)
+	default:
+		return st.MarkDead(ctx, d.cfg.DB, owner, id, op.at, op.lastErr)
+	}
+}
+
+// landed finishes op once its write returned without error: its entry leaves
+// the tracker (after the write: see inflight), and a RETRY's due time is
+// reported to the poller.
+func (d *Dispatcher) landed(op writeOp, ok bool) {
+	d.inflight.done(op.e)
+	if !ok {
+		d.log.Warn().Str("event_id", op.e.id).Str("write", op.kind.String()).
+			Msg("outbox write-back fenced: the lease was lost to another owner or the row is terminal")
+		return
+	}
+	if op.kind == writeRetry {
+		d.notifyDue(op.at)
+	}
+}
+
+// pendingWrites holds the write-backs to try again.
+type pendingWrites struct {
+	mu   sync.Mutex
+	ops  []writeOp
+	kick chan struct{} // capacity 1: tells retryWrites there is work
+}
+
+func newPendingWrites() *pendingWrites { return &pendingWrites{kick: make(chan struct{}, 1)} }
+
+// keep adds ops, up to maxUnwritten in all; the events of the rest are let
+// go at once.
+func (p *pendingWrites) keep(d *Dispatcher, ops []writeOp) {
+	p.mu.Lock()
+	n := min(len(ops), max(maxUnwritten-len(p.ops), 0))
+	p.ops = append(p.ops, ops[:n]...)
+	p.mu.Unlock()
+	d.letGo(ops[n:], "outbox dispatcher keeps too many unwritten outcomes")
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take removes and returns every pending write.
+func (p *pendingWrites) take() []writeOp {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ops := p.ops
+	p.ops = nil
+	return ops
+}
+
+// retryWrites tries the pending writes again, with backoff, until stop is
+// closed. ctx carries the values of Start's context.
+func (d *Dispatcher) retryWrites(ctx context.Context, stop <-chan struct{}) {
+	backoff := writeRetryMin
+	timer := time.NewTimer(backoff)
+	timer.Stop()
+	armed := false
+	for {
+		select {
+		case <-stop:
+			timer.Stop()
+			return
+		case <-d.pending.kick:
+			if !armed {
+				timer.Reset(backoff)
+				armed = true
+			}
+		case <-timer.C:
+			armed = false
+			if failed := d.apply(ctx, d.pending.take()); len(failed) > 0 {
+				p := d.pending
+				p.mu.Lock()
+				p.ops = append(failed, p.ops...)
+				p.mu.Unlock()
+				backoff = min(2*backoff, writeRetryMax)
+				timer.Reset(backoff)
+				armed = true
+			} else {
+				backoff = writeRetryMin
+			}
+		}
+	}
+}
+
+// lastWrites, at shutdown once no worker or batcher writes any more, makes
+// the last attempt at the pending writes and lets go of what still fails.
+func (d *Dispatcher) lastWrites(ctx context.Context) {
+	d.letGo(d.apply(ctx, d.pending.take()), "outbox outcomes not written at shutdown")
+}
+
+// letGo untracks the events of ops, whose outcome is not written: they are
+// delivered again once their leases expire.
+func (d *Dispatcher) letGo(ops []writeOp, why string) {
+	if len(ops) == 0 {
+		return
+	}
+	d.log.Warn().Int("events", len(ops)).Str("first_event_id", ops[0].e.id).
+		Msg(why + "; these events will be delivered again once their leases expire")
+	for _, op := range ops {
+		d.inflight.done(op.e)
+	}
+}
