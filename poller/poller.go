@@ -233,12 +233,21 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 
 // run is the polling loop.
 func (p *Poller) run(ctx context.Context, stop <-chan struct{}) {
+	// The watcher is owned by this loop: it stops when the loop returns
+	// (cancel runs before the wait, as defers run last first).
+	wctx, cancel := context.WithCancel(ctx)
+	defer p.startWatch(wctx)()
+	defer cancel()
 	var (
-		backlog  bool
-		failures int
+		backlog   bool
+		failures  int
+		busyUntil time.Time // polls run every BusyInterval until then
 	)
 	for {
 		c, err := p.poll(ctx)
+		if c.taken > 0 {
+			busyUntil = p.cfg.Now().Add(p.cfg.BusyFor)
+		}
 		var wait time.Duration
 		switch {
 		case err != nil:
@@ -256,7 +265,7 @@ func (p *Poller) run(ctx context.Context, stop <-chan struct{}) {
 			// Drain a backlog fast: poll again at once.
 			failures, backlog, wait = 0, true, 0
 		default:
-			failures, backlog, wait = 0, false, p.cfg.Interval
+			failures, backlog, wait = 0, false, p.pollWait(p.cfg.Now(), busyUntil)
 		}
 		if !p.sleep(stop, wait) {
 			// One last try, bounded by Close's context.

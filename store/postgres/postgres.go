@@ -47,7 +47,8 @@ type Config struct {
 // Its methods are generated (store_gen.go): each one runs the shared SQL of
 // this module's stores in this dialect.
 type Store struct {
-	shared *sqlstore.Store
+	shared  *sqlstore.Store
+	channel string // the NOTIFY channel of the table (Channel)
 }
 
 // New validates cfg and returns a Store. A bad table name returns an error
@@ -57,7 +58,8 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{shared: sqlstore.New(dialect(), table)}, nil
+	shared := sqlstore.New(dialect(), table)
+	return &Store{shared: shared, channel: Channel(shared.Table())}, nil
 }
 
 // dialect returns the PostgreSQL dialect of the shared SQL store.
