@@ -196,11 +196,11 @@ func startInstance(ctx context.Context, cfg *config, st store.SchemaManager, db 
 		return nil, err
 	}
 	p, err := poller.New(poller.Config{Store: st, DB: db, Handler: d, Metrics: in.m,
-		BatchSize: cfg.pollBatch, Interval: cfg.pollInterval})
+		BatchSize: cfg.pollBatch, Interval: cfg.pollInterval, BusyInterval: cfg.busyInterval, NoWatch: cfg.noWake})
 	if err != nil {
 		return nil, err
 	}
-	w, err := core.NewWriter(core.WriterConfig{Store: st, Hook: d.WriterHook()})
+	w, err := core.NewWriter(core.WriterConfig{Store: st, Hook: d.WriterHook(), NoNotify: cfg.noWake})
 	if err != nil {
 		return nil, err
 	}
