@@ -183,24 +183,28 @@ func w4Run(ctx context.Context, c *config, tg *target, v w4Variant) (result, err
 	if c.w4Idle > 0 {
 		// Past the adaptive poll's busy period, count the claims of a
 		// quiet outbox.
-		settle := time.NewTimer(c.w4Settle)
-		select {
-		case <-settle.C:
-		case <-ctx.Done():
-			settle.Stop()
-			return result{}, ctx.Err()
+		if err := sleepCtx(ctx, c.w4Settle); err != nil {
+			return result{}, err
 		}
 		n0 := claims.Load()
-		window := time.NewTimer(c.w4Idle)
-		select {
-		case <-window.C:
-		case <-ctx.Done():
-			window.Stop()
-			return result{}, ctx.Err()
+		if err := sleepCtx(ctx, c.w4Idle); err != nil {
+			return result{}, err
 		}
 		r.IdleClaimsPerSec = float64(claims.Load()-n0) / c.w4Idle.Seconds()
 	}
 	return r, nil
+}
+
+// sleepCtx waits for d, or returns ctx's error if ctx ends first.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // w4Write writes event i through WriteTx on a plain *sql.Tx: no after-commit
