@@ -13,6 +13,11 @@
 // waiting; SKIP LOCKED lets concurrent pollers pass each other's rows instead
 // of queueing behind them. The table name may be schema-qualified
 // ("app.outbox_event"); the schema must exist.
+//
+// The Store also wakes pollers across instances: as a core.InsertNotifier it
+// sends pg_notify on the table's channel (see Channel) in the transaction
+// that writes events no hot path delivers, and as a core.WakeSource it
+// LISTENs on that channel on a dedicated connection of the poller's pool.
 package postgres
 
 import (
