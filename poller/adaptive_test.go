@@ -55,3 +55,36 @@ func TestAdaptivePoll(t *testing.T) {
 		_ = p.Close(context.Background())
 	})
 }
+
+// TestWakeBurstCoalesces: Wake calls made at different times while a poll
+// runs (a watch receiving one notification per commit of another instance)
+// cost one more poll, not one poll each.
+func TestWakeBurstCoalesces(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		st := newFakeStore()
+		p := newPoller(t, st, &fakeHandler{capacity: 100}, func(c *poller.Config) { c.Interval = time.Hour })
+		if err := p.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		release := st.holdClaims()
+		p.Wake()
+		synctest.Wait() // the poll is waiting in Claim
+		for range 50 {
+			time.Sleep(time.Millisecond)
+			p.Wake()
+		}
+		release()
+		synctest.Wait()
+		if n := st.claimCount(); n != 3 {
+			t.Fatalf("claims = %d, want 3: the start, the first Wake, one for the 50 during it", n)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if n := st.claimCount(); n != 3 {
+			t.Fatalf("claims a second later = %d, want 3", n)
+		}
+		_ = p.Close(context.Background())
+	})
+}

@@ -293,12 +293,12 @@ func (p *Poller) sleep(stop <-chan struct{}, wait time.Duration) bool {
 			target = next
 		}
 		p.mu.Unlock()
-		d := target.Sub(p.cfg.Now())
-		if d <= 0 {
-			p.dueReached(target)
+		now := p.cfg.Now()
+		if target.Sub(now) <= 0 {
+			p.dueReached(now)
 			return true
 		}
-		timer := time.NewTimer(d)
+		timer := time.NewTimer(target.Sub(now))
 		select {
 		case <-stop:
 			timer.Stop()
@@ -306,16 +306,20 @@ func (p *Poller) sleep(stop <-chan struct{}, wait time.Duration) bool {
 		case <-p.wake:
 			timer.Stop() // recompute the target
 		case <-timer.C:
-			p.dueReached(target)
+			p.dueReached(p.cfg.Now())
 			return true
 		}
 	}
 }
 
-// dueReached drops the wake-up requests a poll at target serves.
-func (p *Poller) dueReached(target time.Time) {
+// dueReached drops the wake-up requests the poll about to start at now
+// serves: all those due by now, however many. Dropping only the earliest
+// would cost one poll per request, and a burst of Wake calls (one per
+// notification when another instance writes at 1,000 events/s) would keep
+// the poller claiming back to back long after the burst.
+func (p *Poller) dueReached(now time.Time) {
 	p.mu.Lock()
-	p.due.removeThrough(target)
+	p.due.removeThrough(now)
 	p.mu.Unlock()
 }
 
