@@ -130,11 +130,16 @@ func w4Run(ctx context.Context, c *config, tg *target, v w4Variant) (result, err
 	// of the first event after a quiet spell, which on a database without
 	// NOTIFY waits for the next poll. The flow that follows measures the
 	// steady state.
+	// Every instance polls once at Start: wait for those polls, so that
+	// none of them is what finds event 0.
+	if err := waitFor(ctx, c.timeout, func() bool { return claims.Load() >= int64(len(ins)) }); err != nil {
+		return result{}, fmt.Errorf("first polls: %w", err)
+	}
 	if err := w4Write(ctx, writerDB, writer, data, 0); err != nil {
 		return result{}, err
 	}
 	rec.commit(0)
-	if err := waitDelivered(ctx, rec, 1, c.timeout); err != nil {
+	if err := waitFor(ctx, c.timeout, func() bool { return rec.delivered.Load() >= 1 }); err != nil {
 		return result{}, fmt.Errorf("first event: %w", err)
 	}
 
@@ -208,14 +213,14 @@ func w4Run(ctx context.Context, c *config, tg *target, v w4Variant) (result, err
 	return r, nil
 }
 
-// waitDelivered waits until n events have reached the listener.
-func waitDelivered(ctx context.Context, r *recorder, n int64, timeout time.Duration) error {
+// waitFor waits until cond holds, checking every millisecond.
+func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	deadline := time.Now().Add(timeout)
-	for r.delivered.Load() < n {
+	for !cond() {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not delivered within %s", timeout)
+			return fmt.Errorf("not within %s", timeout)
 		}
 		select {
 		case <-tick.C:
