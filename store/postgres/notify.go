@@ -81,7 +81,7 @@ func (s *Store) Watch(ctx context.Context, db core.DBTX, wake func()) error {
 	// error matches driver.ErrBadConn, in which case database/sql closes it:
 	// f always fails that way, as the session is subscribed (and, after a
 	// cancelled wait, pgx has closed it anyway).
-	_ = conn.Raw(func(dc any) error {
+	rerr := conn.Raw(func(dc any) error {
 		sc, ok := dc.(*stdlib.Conn)
 		if !ok {
 			werr = core.Invalid("postgres watch", "the pool's driver connection is a %T, not pgx's *stdlib.Conn", dc)
@@ -90,6 +90,9 @@ func (s *Store) Watch(ctx context.Context, db core.DBTX, wake func()) error {
 		werr = s.listen(ctx, sc, wake)
 		return driver.ErrBadConn
 	})
+	if werr == nil { // f did not run: the connection was already unusable
+		return fmt.Errorf("watch %s: %w", s.channel, rerr)
+	}
 	return werr
 }
 
