@@ -113,3 +113,35 @@ func TestWriterNotifyFailureFailsTheWrite(t *testing.T) {
 		t.Fatalf("WriteTx with a failing notification: err = %v, want boom", err)
 	}
 }
+
+// TestWriterNotifiesOncePerTransaction: several writes in one txctx
+// transaction send one notification; the next transaction sends its own.
+func TestWriterNotifiesOncePerTransaction(t *testing.T) {
+	t.Parallel()
+	tg := testdb.SQLite(t)
+	n := &notifying{Store: tg.Store}
+	w, err := core.NewWriter(core.WriterConfig{Store: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := txctx.New(tg.DB, txctx.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round, ids := range [][]string{{"a", "b", "c"}, {"d", "e"}} {
+		err := m.Do(context.Background(), func(ctx context.Context) error {
+			for _, id := range ids {
+				if _, err := w.Write(ctx, mustEnv(t, id)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := n.calls.Load(); got != int32(round+1) {
+			t.Fatalf("notifications after %d transactions = %d, want %d", round+1, got, round+1)
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -96,6 +98,9 @@ type WriterConfig struct {
 type Writer struct {
 	store    Store
 	notifier InsertNotifier // nil: no signal after writes
+	// notified holds the core.Tx transactions (pointers) that have sent
+	// their signal, until they end: one per transaction is enough.
+	notified sync.Map
 	hook     WriterHook
 	owner    string
 	log      zerolog.Logger
@@ -204,7 +209,7 @@ func (w *Writer) write(ctx context.Context, db DBTX, envs []Envelope) ([]string,
 	// need none: the hot path delivers them, and no poller could claim them
 	// before their lease expires.
 	if w.notifier != nil && opts.LeaseOwner == "" {
-		if err := w.notifier.NotifyInsert(ctx, db); err != nil {
+		if err := w.notify(ctx, db); err != nil {
 			return nil, fmt.Errorf("write events: %w", err)
 		}
 	}
@@ -217,6 +222,29 @@ func (w *Writer) write(ctx context.Context, db DBTX, envs []Envelope) ([]string,
 		tx.AfterRollback(func(ctx context.Context) { w.safely(ctx, "AfterRollback", envs, w.hook.AfterRollback) })
 	}
 	return ids, nil
+}
+
+// notify signals new events in db's transaction, once per transaction when db
+// is a core.Tx whose end the Writer can observe (a pointer, so that it can key
+// a map), once per write otherwise (a plain *sql.Tx ends unseen): the
+// database delivers identical notifications of one transaction once anyway,
+// and this spares the statements.
+func (w *Writer) notify(ctx context.Context, db DBTX) error {
+	tx, ok := db.(Tx)
+	if !ok || reflect.TypeOf(tx).Kind() != reflect.Pointer {
+		return w.notifier.NotifyInsert(ctx, db)
+	}
+	if _, sent := w.notified.LoadOrStore(tx, struct{}{}); sent {
+		return nil
+	}
+	if err := w.notifier.NotifyInsert(ctx, db); err != nil {
+		w.notified.Delete(tx)
+		return err
+	}
+	forget := func(context.Context) { w.notified.Delete(tx) }
+	tx.AfterCommit(forget)
+	tx.AfterRollback(forget)
+	return nil
 }
 
 func (w *Writer) beforeWrite(ctx context.Context, envs []Envelope) (out []Envelope, err error) {
