@@ -5,9 +5,11 @@ import "context"
 // InsertNotifier is an optional capability of a Store whose database can
 // signal other sessions when a transaction commits (PostgreSQL's NOTIFY). A
 // Writer finds it with StoreAs and, when it writes events that this
-// process's hot path will not deliver, calls NotifyInsert once per write in
-// the same transaction: the signal then reaches the pollers that watch the
-// table (see WakeSource) when, and only if, the transaction commits.
+// process's hot path will not deliver, calls NotifyInsert in the same
+// transaction (once per transaction when it is a core.Tx such as txctx's,
+// once per write on a plain *sql.Tx, whose end the Writer cannot see): the
+// signal then reaches the pollers that watch the table (see WakeSource)
+// when, and only if, the transaction commits.
 type InsertNotifier interface {
 	// NotifyInsert queues, in tx, a signal that new events are in the
 	// table. Several calls in one transaction are delivered as one. An error
