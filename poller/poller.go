@@ -306,14 +306,25 @@ func (p *Poller) sleep(stop <-chan struct{}, wait time.Duration) bool {
 		case <-p.wake:
 			timer.Stop() // recompute the target
 		case <-timer.C:
-			p.dueReached(p.cfg.Now())
+			// At least target: a Now that lags the timer (a test clock)
+			// must still drop the request the timer was for.
+			p.dueReached(latest(target, p.cfg.Now()))
 			return true
 		}
 	}
 }
 
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // dueReached drops the wake-up requests the poll about to start at now
-// serves: all those due by now, however many. Dropping only the earliest
+// serves: all those due by now, however many; each was requested before
+// the poll's claim starts, so the claim sees what it was requested for.
+// Dropping only the earliest
 // would cost one poll per request, and a burst of Wake calls (one per
 // notification when another instance writes at 1,000 events/s) would keep
 // the poller claiming back to back long after the burst.
