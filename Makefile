@@ -98,6 +98,10 @@ chaos: ## Long fault-injection suite on the local PostgreSQL/MariaDB (CHAOS_RUN 
 	@for t in $(CHAOS_FUZZ); do echo "== $${t#*:}"; \
 		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(CHAOS_FUZZTIME) ./$${t%%:*} || exit 1; done
 
+.PHONY: bench-wake
+bench-wake: ## Benchmark W4, cross-instance wake-up (three processes, events without a hot path at 1,000/s)
+	$(MAKE) bench BENCHFLAGS='-w w4 $(BENCHFLAGS)'
+
 .PHONY: bench
 bench: ## Benchmarks W1-W3 on SQLite, and on PostgreSQL/MariaDB when their DSNs are set (BENCHFLAGS=-h lists the flags)
 	OUTBOX_POSTGRES_DSN=$${OUTBOX_POSTGRES_DSN-postgres://postgres@127.0.0.1:5432/test?sslmode=disable} \

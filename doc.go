@@ -38,6 +38,7 @@
 //	lease owner                as given    made unique         made unique             -
 //	Purger (Config.Purge)      unlocked    one at a time       one at a time           one at a time
 //	relay lock connection      -           -                   1 per instance          -
+//	PostgreSQL wake-up         LISTEN      LISTEN              LISTEN (every instance) NOTIFY only
 //
 // SingleNode (the default) is one process using its table: nothing in it
 // coordinates with other processes. MultiNode is for several processes on

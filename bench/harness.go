@@ -132,14 +132,26 @@ func (r *recorder) duplicates() int { return int(r.extra.Load()) }
 
 // latencies returns the commit-to-listener latencies of the events whose
 // commit was noted, sorted.
-func (r *recorder) latencies() []time.Duration {
+func (r *recorder) latencies() []time.Duration { return r.latenciesFrom(0) }
+
+// latencyOf returns event i's commit-to-listener latency, or 0 if either
+// time was not noted.
+func (r *recorder) latencyOf(i int) time.Duration {
+	c, rc := r.committed[i].Load(), r.received[i].Load()
+	if c == 0 || rc == 0 {
+		return 0
+	}
+	return time.Duration(max(rc-c, 0))
+}
+
+// latenciesFrom returns the latencies of the events from..n-1 whose commit
+// and delivery were both noted, sorted.
+func (r *recorder) latenciesFrom(from int) []time.Duration {
 	out := make([]time.Duration, 0, len(r.committed))
-	for i := range r.committed {
-		c, rc := r.committed[i].Load(), r.received[i].Load()
-		if c == 0 || rc == 0 {
-			continue
+	for i := from; i < len(r.committed); i++ {
+		if r.committed[i].Load() != 0 && r.received[i].Load() != 0 {
+			out = append(out, r.latencyOf(i))
 		}
-		out = append(out, time.Duration(max(rc-c, 0)))
 	}
 	slices.Sort(out)
 	return out
@@ -196,11 +208,11 @@ func startInstance(ctx context.Context, cfg *config, st store.SchemaManager, db 
 		return nil, err
 	}
 	p, err := poller.New(poller.Config{Store: st, DB: db, Handler: d, Metrics: in.m,
-		BatchSize: cfg.pollBatch, Interval: cfg.pollInterval})
+		BatchSize: cfg.pollBatch, Interval: cfg.pollInterval, BusyInterval: cfg.busyInterval, NoWatch: cfg.noWake})
 	if err != nil {
 		return nil, err
 	}
-	w, err := core.NewWriter(core.WriterConfig{Store: st, Hook: d.WriterHook()})
+	w, err := core.NewWriter(core.WriterConfig{Store: st, Hook: d.WriterHook(), NoNotify: cfg.noWake})
 	if err != nil {
 		return nil, err
 	}

@@ -22,6 +22,13 @@
 //     claim statement and marks them DONE in one UPDATE.
 //   - W3: W1 and W2 with two dispatcher+poller instances, each on its own
 //     pool, on one table; compared with one instance of the same run.
+//   - W4 cross-instance wake-up (only with -w w4): -w4-events events, each
+//     in a transaction of its own at -w4-rate events/s, written where no hot
+//     path delivers them (WriteTx on a plain *sql.Tx in one of three
+//     instances; then a WriterOnly process and two instances). It reports
+//     commit-to-listener latency, duplicates, the writers' transaction time
+//     and the claims/s of the idle instances afterwards. -no-wake compares
+//     it without NOTIFY/LISTEN.
 //
 // Every table a run creates has a unique name and is dropped at the end.
 // Benchmarks are never part of go test.
@@ -67,6 +74,13 @@ type config struct {
 	cpuProfile     string
 	fillfactor     int
 	vacuumEvery    time.Duration
+	busyInterval   time.Duration
+	noWake         bool
+	w4Events       int
+	w4Rate         int
+	w4Writers      int
+	w4Idle         time.Duration
+	w4Settle       time.Duration
 }
 
 // poolSize returns the connections of one instance's pool.
@@ -88,7 +102,7 @@ func (c *config) applyDispatch(d *dispatch.Config) {
 func main() {
 	var c config
 	flag.StringVar(&c.dbs, "db", "sqlite,postgres,mysql", "databases, comma-separated (servers without their DSN variable are skipped)")
-	flag.StringVar(&c.workloads, "w", "w1,w2,w3", "workloads, comma-separated: w1, w2, w3")
+	flag.StringVar(&c.workloads, "w", "w1,w2,w3", "workloads, comma-separated: w1, w2, w3, w4")
 	flag.IntVar(&c.w1Events, "w1-events", 60000, "W1: business transactions (one event each)")
 	flag.IntVar(&c.rounds, "rounds", 3, "W1: alternate the raw baseline and the outbox runs in this many rounds")
 	flag.IntVar(&c.writers, "writers", 16, "W1: concurrent writers")
@@ -99,6 +113,13 @@ func main() {
 	flag.IntVar(&c.coldQueue, "cold-queue", dispatch.DefaultColdQueueSize, "dispatcher cold queue size")
 	flag.IntVar(&c.pollBatch, "poll-batch", poller.DefaultBatchSize, "poller claim batch size")
 	flag.DurationVar(&c.pollInterval, "poll-interval", poller.DefaultInterval, "poller interval")
+	flag.DurationVar(&c.busyInterval, "busy-interval", poller.DefaultBusyInterval, "poller BusyInterval (adaptive poll; = -poll-interval turns it off)")
+	flag.BoolVar(&c.noWake, "no-wake", false, "writers send no NOTIFY (WriterConfig.NoNotify) and pollers do not LISTEN (poller NoWatch)")
+	flag.IntVar(&c.w4Events, "w4-events", 10000, "W4: events written without a hot path, one per transaction")
+	flag.IntVar(&c.w4Rate, "w4-rate", 1000, "W4: events per second the writers write")
+	flag.IntVar(&c.w4Writers, "w4-writers", 16, "W4: concurrent writers (each waits for its event's time)")
+	flag.DurationVar(&c.w4Idle, "w4-idle", 20*time.Second, "W4: window over which the idle claims/s are counted (0: skip)")
+	flag.DurationVar(&c.w4Settle, "w4-settle", poller.DefaultBusyFor+time.Second, "W4: wait after the last delivery before the idle window (past the busy period)")
 	flag.IntVar(&c.doneBatch, "done-batch", dispatch.DefaultDoneBatchSize, "dispatcher DONE batch size (1 = one statement per event)")
 	flag.DurationVar(&c.doneLinger, "done-linger", dispatch.DefaultDoneBatchLinger, "dispatcher DONE batch linger")
 	flag.BoolVar(&c.deleteDone, "delete-delivered", false, "dispatcher DeleteDelivered: delete delivered rows instead of marking them DONE")
@@ -115,8 +136,8 @@ func main() {
 	if *large {
 		c.w2Events = 1000000
 	}
-	if c.rounds < 1 || c.w1Events < c.rounds || c.writers < 1 || c.w2Events < 1 {
-		fmt.Fprintln(os.Stderr, "bench: -rounds, -writers, -w1-events and -w2-events must be positive, and -w1-events at least -rounds")
+	if c.rounds < 1 || c.w1Events < c.rounds || c.writers < 1 || c.w2Events < 1 || c.w4Events < 1 || c.w4Rate < 1 || c.w4Writers < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -rounds, -writers, -w1-events, -w2-events, -w4-events, -w4-rate and -w4-writers must be positive, and -w1-events at least -rounds")
 		os.Exit(2)
 	}
 	if err := run(&c); err != nil {
@@ -176,7 +197,7 @@ func run(c *config) error {
 	wl := map[string]bool{}
 	for w := range strings.SplitSeq(c.workloads, ",") {
 		switch w = strings.TrimSpace(strings.ToLower(w)); w {
-		case "w1", "w2", "w3":
+		case "w1", "w2", "w3", "w4":
 			wl[w] = true
 		case "":
 		default:
@@ -231,6 +252,13 @@ func run(c *config) error {
 			rs, err := runW2(ctx, c, tg, wl["w2"], wl["w3"])
 			if err != nil {
 				return fmt.Errorf("%s W2: %w", tg.name, err)
+			}
+			rep.Results = append(rep.Results, rs...)
+		}
+		if wl["w4"] {
+			rs, err := runW4(ctx, c, tg)
+			if err != nil {
+				return fmt.Errorf("%s W4: %w", tg.name, err)
 			}
 			rep.Results = append(rep.Results, rs...)
 		}

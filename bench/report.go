@@ -38,6 +38,11 @@ type result struct {
 	// RoundRates the events/s of each.
 	Rounds     int       `json:"rounds,omitempty"`
 	RoundRates []float64 `json:"round_rates,omitempty"`
+	// W4: the writers' transaction time (p50) and the claims per second
+	// all instances send once idle.
+	TxP50Ms          float64 `json:"tx_p50_ms,omitempty"`
+	FirstMs          float64 `json:"first_ms,omitempty"`
+	IdleClaimsPerSec float64 `json:"idle_claims_per_sec,omitempty"`
 	// StoreStats summarises the claims and DONE writes of the run.
 	StoreStats string `json:"store_stats,omitempty"`
 }

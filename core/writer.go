@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -81,16 +83,28 @@ type WriterConfig struct {
 	Logger zerolog.Logger
 	// Now returns the current time. Default: time.Now.
 	Now func() time.Time
+	// NoNotify stops the Writer from signalling new events. By default,
+	// when Store is an InsertNotifier (PostgreSQL), a write whose events
+	// this process's hot path will not deliver (no LeasingHook, or a
+	// transaction without after-commit callbacks such as a plain *sql.Tx)
+	// also sends one notification in the same transaction, so that the
+	// pollers watching the table, in every instance, claim the events as
+	// soon as the transaction commits instead of at their next poll.
+	NoNotify bool
 }
 
 // Writer inserts envelopes into the outbox table inside the caller's
 // transaction. It is safe for concurrent use.
 type Writer struct {
-	store Store
-	hook  WriterHook
-	owner string
-	log   zerolog.Logger
-	now   func() time.Time
+	store    Store
+	notifier InsertNotifier // nil: no signal after writes
+	// notified holds the core.Tx transactions (pointers) that have sent
+	// their signal, until they end: one per transaction is enough.
+	notified sync.Map
+	hook     WriterHook
+	owner    string
+	log      zerolog.Logger
+	now      func() time.Time
 }
 
 // NewWriter validates cfg and returns a Writer.
@@ -104,6 +118,9 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	}
 	if lh, ok := cfg.Hook.(LeasingHook); ok {
 		w.owner = lh.LeaseOwner()
+	}
+	if n, ok := StoreAs[InsertNotifier](cfg.Store); ok && !cfg.NoNotify {
+		w.notifier = n
 	}
 	return w, nil
 }
@@ -185,6 +202,17 @@ func (w *Writer) write(ctx context.Context, db DBTX, envs []Envelope) ([]string,
 	if err := w.store.Insert(ctx, db, envs, opts); err != nil {
 		return nil, fmt.Errorf("write events: %w", err)
 	}
+	// Events not leased by this writer wait for a poller: tell the pollers
+	// watching the table. The signal is part of the transaction, so it
+	// reaches them only once the rows are committed and visible to their
+	// claims, and never for a transaction that rolls back. Leased events
+	// need none: the hot path delivers them, and no poller could claim them
+	// before their lease expires.
+	if w.notifier != nil && opts.LeaseOwner == "" {
+		if err := w.notify(ctx, db); err != nil {
+			return nil, fmt.Errorf("write events: %w", err)
+		}
+	}
 	if w.hook == nil {
 		return ids, nil
 	}
@@ -194,6 +222,29 @@ func (w *Writer) write(ctx context.Context, db DBTX, envs []Envelope) ([]string,
 		tx.AfterRollback(func(ctx context.Context) { w.safely(ctx, "AfterRollback", envs, w.hook.AfterRollback) })
 	}
 	return ids, nil
+}
+
+// notify signals new events in db's transaction, once per transaction when db
+// is a core.Tx whose end the Writer can observe (a pointer, so that it can key
+// a map), once per write otherwise (a plain *sql.Tx ends unseen): the
+// database delivers identical notifications of one transaction once anyway,
+// and this spares the statements.
+func (w *Writer) notify(ctx context.Context, db DBTX) error {
+	tx, ok := db.(Tx)
+	if !ok || reflect.TypeOf(tx).Kind() != reflect.Pointer {
+		return w.notifier.NotifyInsert(ctx, db)
+	}
+	if _, sent := w.notified.LoadOrStore(tx, struct{}{}); sent {
+		return nil
+	}
+	if err := w.notifier.NotifyInsert(ctx, db); err != nil {
+		w.notified.Delete(tx)
+		return err
+	}
+	forget := func(context.Context) { w.notified.Delete(tx) }
+	tx.AfterCommit(forget)
+	tx.AfterRollback(forget)
+	return nil
 }
 
 func (w *Writer) beforeWrite(ctx context.Context, envs []Envelope) (out []Envelope, err error) {

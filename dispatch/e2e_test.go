@@ -373,8 +373,9 @@ func TestE2EColdProgressesUnderHotLoad(t *testing.T) {
 			return nil
 		}), testnode.Options{
 			Dispatch: func(c *dispatch.Config) { c.Workers = 1; c.HotQueueSize = 2 * hotN },
-			// Only PollOnce below claims the cold events.
-			Poller: func(c *poller.Config) { c.Interval = time.Hour },
+			// Only PollOnce below claims the cold events: no interval
+			// poll, and no watch that PostgreSQL's NOTIFY would wake.
+			Poller: func(c *poller.Config) { c.Interval = time.Hour; c.NoWatch = true },
 		})
 		for range hotN / 20 {
 			envs, _ := newEnvs(t, 20)

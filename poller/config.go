@@ -18,6 +18,8 @@ const (
 	DefaultBatchSize    = 100
 	DefaultInterval     = 5 * time.Second
 	DefaultClaimTimeout = 30 * time.Second
+	DefaultBusyInterval = 50 * time.Millisecond
+	DefaultBusyFor      = 10 * time.Second
 )
 
 // Handler takes the events the poller claims. *dispatch.Dispatcher
@@ -73,6 +75,25 @@ type Config struct {
 	// cap of the back-off after a failed claim. Default 5s.
 	Interval time.Duration
 
+	// BusyInterval is the time between polls while the outbox is busy: for
+	// BusyFor after a poll that handed events over. It is how long, at
+	// most, an event written by another instance, or without a hot path,
+	// waits when the store has no wake source (MySQL/MariaDB, SQLite) or
+	// its watch connection is down. Setting it to Interval turns the
+	// adaptive poll off. Default 50ms (or Interval, if shorter).
+	BusyInterval time.Duration
+	// BusyFor is how long polls run every BusyInterval after the last poll
+	// that handed events over; then they return to Interval. An idle outbox
+	// therefore costs one claim per Interval. Default 10s.
+	BusyFor time.Duration
+	// NoWatch stops the poller from watching for new events. By default,
+	// when Store is a core.WakeSource (PostgreSQL: LISTEN), the poller holds
+	// one dedicated connection of DB subscribed to the table's signals and
+	// polls as soon as any instance commits events that no hot path
+	// delivers (core.Writer sends the signal); polling at Interval stays
+	// the safety net. The connection is opened again after a failure.
+	NoWatch bool
+
 	// ClaimTimeout bounds each claim statement, so that a connection the
 	// network stopped carrying (no error, no answer) cannot stall the poller
 	// and with it retries, overflow and crash recovery. Default 30s.
@@ -104,6 +125,8 @@ func (c Config) validate() error {
 			"LeaseTimeout %s differs from the handler's lease timeout %s; set it on the dispatcher (dispatch.Config.LeaseTimeout) and leave it zero here",
 			c.LeaseTimeout, h.LeaseTimeout())
 	}
+	config.NonNegative(&v, "BusyInterval", c.BusyInterval)
+	config.NonNegative(&v, "BusyFor", c.BusyFor)
 	return v.Err()
 }
 
@@ -127,6 +150,8 @@ func (c Config) withDefaults() (Config, error) {
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
 	c.Interval = cmp.Or(c.Interval, DefaultInterval)
 	c.ClaimTimeout = cmp.Or(c.ClaimTimeout, DefaultClaimTimeout)
+	c.BusyInterval = min(cmp.Or(c.BusyInterval, DefaultBusyInterval), c.Interval)
+	c.BusyFor = cmp.Or(c.BusyFor, DefaultBusyFor)
 	c.Metrics = cmp.Or[core.Metrics](c.Metrics, core.NopMetrics{})
 	if c.Now == nil {
 		c.Now = time.Now

@@ -19,4 +19,31 @@
 // times passed to WakeAt, which the dispatcher calls when a retry falls due.
 // A failed claim (the database is down, say) is logged and retried with a
 // back-off that grows up to the interval; the loop never stops because of it.
+//
+// # What wakes a poller
+//
+// Events written where no hot path delivers them (WriteTx on a plain *sql.Tx,
+// a writer without a LeasingHook, a WriterOnly process, another instance)
+// would wait for the next poll. Two mechanisms shorten that wait:
+//
+//   - Watch (PostgreSQL). When the store is a core.WakeSource, the poller
+//     runs its Watch on a goroutine it owns: one dedicated connection of
+//     Config.DB LISTENs on the table's channel, and core.Writer sends
+//     pg_notify on it inside the writing transaction, so the signal arrives
+//     when, and only if, the rows are committed. Every notification calls
+//     Wake, so a burst of commits coalesces into one or two polls. A lost
+//     connection is opened again with a back-off from 100 ms to 5 s, and
+//     wakes the poller once it is back (events committed meanwhile sent no
+//     signal it could receive); polling goes on meanwhile. Close stops the
+//     watch and closes its connection. Config.NoWatch turns it off.
+//   - Adaptive poll (every database). After a poll that handed events over,
+//     the poller polls every Config.BusyInterval (50 ms) for Config.BusyFor
+//     (10 s), then returns to Interval. On MySQL/MariaDB and SQLite, which
+//     have no NOTIFY, a steady flow of such events is thus delivered within
+//     about BusyInterval, while an idle outbox still costs one claim per
+//     Interval per instance; the first event after a quiet spell waits for
+//     the next poll. docs/BENCHMARKS.md (W4) has the figures.
+//
+// Events written through txctx with the dispatcher's hook need neither: they
+// are inserted leased by the writing instance, whose hot path delivers them.
 package poller

@@ -237,12 +237,21 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 
 // run is the polling loop.
 func (p *Poller) run(ctx context.Context, stop <-chan struct{}) {
+	// The watcher is owned by this loop: it stops when the loop returns
+	// (cancel runs before the wait, as defers run last first).
+	wctx, cancel := context.WithCancel(ctx)
+	defer p.startWatch(wctx)()
+	defer cancel()
 	var (
-		backlog  bool
-		failures int
+		backlog   bool
+		failures  int
+		busyUntil time.Time // polls run every BusyInterval until then
 	)
 	for {
 		c, err := p.poll(ctx)
+		if c.taken > 0 {
+			busyUntil = p.cfg.Now().Add(p.cfg.BusyFor)
+		}
 		var wait time.Duration
 		switch {
 		case err != nil:
@@ -260,7 +269,7 @@ func (p *Poller) run(ctx context.Context, stop <-chan struct{}) {
 			// Drain a backlog fast: poll again at once.
 			failures, backlog, wait = 0, true, 0
 		default:
-			failures, backlog, wait = 0, false, p.cfg.Interval
+			failures, backlog, wait = 0, false, p.pollWait(p.cfg.Now(), busyUntil)
 		}
 		if !p.sleep(stop, wait) {
 			// One last try, bounded by Close's context.
@@ -288,12 +297,12 @@ func (p *Poller) sleep(stop <-chan struct{}, wait time.Duration) bool {
 			target = next
 		}
 		p.mu.Unlock()
-		d := target.Sub(p.cfg.Now())
-		if d <= 0 {
-			p.dueReached(target)
+		now := p.cfg.Now()
+		if target.Sub(now) <= 0 {
+			p.dueReached(now)
 			return true
 		}
-		timer := time.NewTimer(d)
+		timer := time.NewTimer(target.Sub(now))
 		select {
 		case <-stop:
 			timer.Stop()
@@ -301,16 +310,31 @@ func (p *Poller) sleep(stop <-chan struct{}, wait time.Duration) bool {
 		case <-p.wake:
 			timer.Stop() // recompute the target
 		case <-timer.C:
-			p.dueReached(target)
+			// At least target: a Now that lags the timer (a test clock)
+			// must still drop the request the timer was for.
+			p.dueReached(latest(target, p.cfg.Now()))
 			return true
 		}
 	}
 }
 
-// dueReached drops the wake-up requests a poll at target serves.
-func (p *Poller) dueReached(target time.Time) {
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// dueReached drops the wake-up requests the poll about to start at now
+// serves: all those due by now, however many; each was requested before
+// the poll's claim starts, so the claim sees what it was requested for.
+// Dropping only the earliest
+// would cost one poll per request, and a burst of Wake calls (one per
+// notification when another instance writes at 1,000 events/s) would keep
+// the poller claiming back to back long after the burst.
+func (p *Poller) dueReached(now time.Time) {
 	p.mu.Lock()
-	p.due.removeThrough(target)
+	p.due.removeThrough(now)
 	p.mu.Unlock()
 }
 

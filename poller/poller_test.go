@@ -52,6 +52,8 @@ func TestNewValidates(t *testing.T) {
 		{"negative skip", func(c *poller.Config) { c.SkipRecent = -time.Second }},
 		{"negative batch", func(c *poller.Config) { c.BatchSize = -1 }},
 		{"negative interval", func(c *poller.Config) { c.Interval = -time.Second }},
+		{"negative busy interval", func(c *poller.Config) { c.BusyInterval = -time.Second }},
+		{"negative busy for", func(c *poller.Config) { c.BusyFor = -time.Second }},
 	}
 	for _, tt := range tests {
 		cfg := good

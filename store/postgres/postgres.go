@@ -13,6 +13,11 @@
 // waiting; SKIP LOCKED lets concurrent pollers pass each other's rows instead
 // of queueing behind them. The table name may be schema-qualified
 // ("app.outbox_event"); the schema must exist.
+//
+// The Store also wakes pollers across instances: as a core.InsertNotifier it
+// sends pg_notify on the table's channel (see Channel) in the transaction
+// that writes events no hot path delivers, and as a core.WakeSource it
+// LISTENs on that channel on a dedicated connection of the poller's pool.
 package postgres
 
 import (
@@ -47,7 +52,8 @@ type Config struct {
 // Its methods are generated (store_gen.go): each one runs the shared SQL of
 // this module's stores in this dialect.
 type Store struct {
-	shared *sqlstore.Store
+	shared  *sqlstore.Store
+	channel string // the NOTIFY channel of the table (Channel)
 }
 
 // New validates cfg and returns a Store. A bad table name returns an error
@@ -57,7 +63,8 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{shared: sqlstore.New(dialect(), table)}, nil
+	shared := sqlstore.New(dialect(), table)
+	return &Store{shared: shared, channel: Channel(shared.Table())}, nil
 }
 
 // dialect returns the PostgreSQL dialect of the shared SQL store.

@@ -88,7 +88,7 @@ func Run(t *testing.T, cfg Config) {
 	if cfg.NewTarget == nil {
 		t.Fatal("storetest: Config.NewTarget is required")
 	}
-	all := slices.Concat(insertTests, claimTests, writeBackTests, batchTests, leaseTests, deadTests, purgeTests, lockTests, statsTests, schemaTests)
+	all := slices.Concat(insertTests, claimTests, writeBackTests, batchTests, leaseTests, deadTests, purgeTests, lockTests, statsTests, schemaTests, wakeTests)
 	if cfg.NewStore != nil {
 		all = append(all, test{"BadTableNames", func(t *testing.T, _ Target) { testBadTableNames(t, cfg.NewStore) }})
 	}

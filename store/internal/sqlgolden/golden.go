@@ -156,6 +156,18 @@ var lockOps = []op{
 	}},
 }
 
+// notifierOps use core.InsertNotifier, found with core.StoreAs; stores
+// without it get no file for them.
+var notifierOps = []op{
+	// The LISTEN of core.WakeSource runs on a driver connection of its own,
+	// which the recorder cannot see; its statement is LISTEN on the same
+	// channel.
+	{"wake", "NotifyInsert (core.InsertNotifier), in the writer's transaction", func(ctx context.Context, st Store, db core.DBTX) error {
+		n, _ := core.StoreAs[core.InsertNotifier](st)
+		return n.NotifyInsert(ctx, db)
+	}},
+}
+
 // Record runs every operation on st over the recording driver and returns
 // the golden files' contents by file name (without ".sql").
 func Record(st Store) map[string]string {
@@ -166,6 +178,9 @@ func Record(st Store) map[string]string {
 	all := ops
 	if _, ok := core.StoreAs[core.Locker](st); ok {
 		all = append(slices.Clip(all), lockOps...)
+	}
+	if _, ok := core.StoreAs[core.InsertNotifier](st); ok {
+		all = append(slices.Clip(all), notifierOps...)
 	}
 	for _, o := range all {
 		// The store's own error is irrelevant: the recorder answers only as
