@@ -1,7 +1,15 @@
 # outbox: make help lists the targets.
 GO        ?= go
 TESTFLAGS ?=
-PKGS      ?= ./...
+# MODULES are the module directories go.work lists: the root module and the
+# nested ones (broker adapters, ORM integrations), which keep their
+# dependencies out of the core's go.mod. PKGS covers them all.
+MODULES   := $(shell $(GO) list -m -f '{{.Dir}}' | sed 's|^$(CURDIR)|.|')
+PKGS      ?= $(addsuffix /...,$(MODULES))
+# SOLO_MODULES are modules kept out of go.work because they need a newer Go
+# than the rest (the Kafka tests: franz-go's kfake requires Go 1.26); test,
+# vet and tidy run them on their own with GOWORK=off.
+SOLO_MODULES := ./broker/kafka/kfaketest
 
 .DEFAULT_GOAL := help
 
@@ -16,18 +24,23 @@ help: ## List the targets
 RUN_TESTS = @d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
 	$(GO) build -o "$$d/testsummary" .ci/testsummary/main.go && \
 	echo "$(GO) test $(1)" && "$$d/testsummary" -- $(GO) test $(1)
+# RUN_SOLO_TESTS runs go test with flags $(1) in each of SOLO_MODULES.
+RUN_SOLO_TESTS = @for m in $(SOLO_MODULES); do echo "(cd $$m && GOWORK=off $(GO) test $(1) ./...)"; \
+	(cd $$m && GOWORK=off $(GO) test $(1) ./...) || exit 1; done
 
 .PHONY: test
-test: ## Run all tests with -race, about 5 minutes on 2 cores (PostgreSQL/MySQL tests need OUTBOX_POSTGRES_DSN / OUTBOX_MYSQL_DSN, else they skip)
+test: ## Run all tests with -race, about 6 minutes on 2 cores (server tests need the variables of DEVELOPERS.md, else they skip)
+	$(call RUN_SOLO_TESTS,-race -count=1 $(TESTFLAGS))
 	$(call RUN_TESTS,-race -count=1 $(TESTFLAGS) $(PKGS))
 
 .PHONY: test-short
 test-short: ## Run the tests without -race
+	$(call RUN_SOLO_TESTS,-count=1 $(TESTFLAGS))
 	$(call RUN_TESTS,-count=1 $(TESTFLAGS) $(PKGS))
 
 # test-quick leaves out the fault-injection suite (reliability), the
 # benchmark harness (bench) and -race, and runs on SQLite only.
-QUICK_PKGS = $(shell $(GO) list ./... | grep -v -e /reliability -e /bench)
+QUICK_PKGS = $(shell $(GO) list $(PKGS) | grep -v -e /reliability -e /bench)
 
 .PHONY: test-quick
 test-quick: export OUTBOX_POSTGRES_DSN :=
@@ -36,9 +49,11 @@ test-quick: ## The tests minus the fault-injection suite, on SQLite only, withou
 	$(call RUN_TESTS,-count=1 $(TESTFLAGS) $(QUICK_PKGS))
 
 .PHONY: test-dbs
-test-dbs: ## Run all tests against the local PostgreSQL and MariaDB (fails if they are down)
+test-dbs: ## Run all tests against the local PostgreSQL, MariaDB, NATS and RabbitMQ (fails if they are down)
 	OUTBOX_POSTGRES_DSN='postgres://postgres@127.0.0.1:5432/test?sslmode=disable' \
 	OUTBOX_MYSQL_DSN='root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC' \
+	OUTBOX_NATS_URL='nats://127.0.0.1:4222' \
+	OUTBOX_AMQP_URL='amqp://guest:guest@127.0.0.1:5672/' \
 	OUTBOX_REQUIRE_DBS=1 $(MAKE) test
 
 .PHONY: demo
@@ -49,6 +64,15 @@ demo: ## Run the demo (SQLite in a temp dir, no server needed)
 samples: ## Build every sample under samples/ (a compile check; go test runs them)
 	$(GO) build ./samples/...
 
+.PHONY: tidy
+tidy: ## go mod tidy in every module
+	@for m in $(MODULES); do echo "go mod tidy ($$m)"; (cd $$m && $(GO) mod tidy) || exit 1; done
+	@for m in $(SOLO_MODULES); do echo "go mod tidy ($$m)"; (cd $$m && GOWORK=off $(GO) mod tidy) || exit 1; done
+
+.PHONY: screenshots
+screenshots: ## Refresh docs/images/console-*.png: the browser test drives the console in headless Chromium on SQLite
+	cd console/browsertest && OUTBOX_SCREENSHOTS=$(CURDIR)/docs/images $(GO) test -count=1 -run 'TestConsoleInBrowser/sqlite' .
+
 .PHONY: httpservice
 httpservice: ## Run samples/httpservice on the local PostgreSQL; ARGS='-addr :9000 -dsn ...' to change; Ctrl-C stops it
 	@# Built, then run: go run exits 1 when interrupted, even after the
@@ -57,8 +81,9 @@ httpservice: ## Run samples/httpservice on the local PostgreSQL; ARGS='-addr :90
 	$(GO) build -o "$$d/httpservice" ./samples/httpservice && "$$d/httpservice" $(ARGS)
 
 .PHONY: vet
-vet: ## go vet (the module, and the test runner in .ci, which ./... skips)
+vet: ## go vet (every module, and the test runner in .ci, which ./... skips)
 	$(GO) vet $(PKGS)
+	@for m in $(SOLO_MODULES); do echo "(cd $$m && GOWORK=off $(GO) vet ./...)"; (cd $$m && GOWORK=off $(GO) vet ./...) || exit 1; done
 	$(GO) vet .ci/testsummary/main.go
 
 .PHONY: fmt
@@ -98,12 +123,30 @@ chaos: ## Long fault-injection suite on the local PostgreSQL/MariaDB (CHAOS_RUN 
 	@for t in $(CHAOS_FUZZ); do echo "== $${t#*:}"; \
 		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(CHAOS_FUZZTIME) ./$${t%%:*} || exit 1; done
 
+.PHONY: broker-cluster
+broker-cluster: ## 3-node JetStream cluster on loopback ports (nats-server), R3 stream, stream leader killed during a drain (~1 minute)
+	OUTBOX_BROKER_CLUSTER=1 OUTBOX_REQUIRE_DBS=1 $(GO) test -count=1 -v -run '^TestClusterNodeKilledDuringDrain$$' ./broker/jetstream
+
 .PHONY: bench-wake
 bench-wake: ## Benchmark W4, cross-instance wake-up (three processes, events without a hot path at 1,000/s)
 	$(MAKE) bench BENCHFLAGS='-w w4 $(BENCHFLAGS)'
 
 .PHONY: bench
-bench: ## Benchmarks W1-W3 on SQLite, and on PostgreSQL/MariaDB when their DSNs are set (BENCHFLAGS=-h lists the flags)
+bench: ## Benchmarks W1-W3 on SQLite, and on PostgreSQL/MariaDB when their DSNs are set (BENCHFLAGS=-h lists the flags), then bench-broker (BENCH_BROKER=0 skips it)
 	OUTBOX_POSTGRES_DSN=$${OUTBOX_POSTGRES_DSN-postgres://postgres@127.0.0.1:5432/test?sslmode=disable} \
 	OUTBOX_MYSQL_DSN=$${OUTBOX_MYSQL_DSN-root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC} \
 	$(GO) run ./bench $(BENCHFLAGS)
+	@if [ "$(BENCH_BROKER)" != "0" ]; then $(MAKE) --no-print-directory bench-broker; fi
+
+.PHONY: bench-broker
+bench-broker: ## Benchmark "outbox to broker": backlog drain into JetStream and RabbitMQ vs a raw async publish loop, commit-to-ack latency (BROKERBENCHFLAGS=-h lists the flags)
+	OUTBOX_NATS_URL=$${OUTBOX_NATS_URL-nats://127.0.0.1:4222} \
+	OUTBOX_AMQP_URL=$${OUTBOX_AMQP_URL-amqp://guest:guest@127.0.0.1:5672/} \
+	OUTBOX_POSTGRES_DSN=$${OUTBOX_POSTGRES_DSN-postgres://postgres@127.0.0.1:5432/test?sslmode=disable} \
+	$(GO) run ./bench/brokerbench $(BROKERBENCHFLAGS)
+
+.PHONY: bench-compare
+bench-compare: ## Compare with River and watermill-sql (and a hand-written SQL outbox) on the local PostgreSQL and MariaDB, W1 and W2 (COMPAREFLAGS=-h lists the flags; the issue's sizes: COMPAREFLAGS='-w1-events 20000 -w2-events 100000')
+	OUTBOX_POSTGRES_DSN=$${OUTBOX_POSTGRES_DSN-postgres://postgres@127.0.0.1:5432/test?sslmode=disable} \
+	OUTBOX_MYSQL_DSN=$${OUTBOX_MYSQL_DSN-root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC} \
+	$(GO) run ./bench/compare $(COMPAREFLAGS)

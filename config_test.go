@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"reflect"
 	"strings"
 	"testing"
@@ -48,6 +49,8 @@ func nonZero(t *testing.T, typ reflect.Type) reflect.Value {
 	switch typ {
 	case reflect.TypeFor[zerolog.Logger]():
 		return reflect.ValueOf(zerolog.Nop())
+	case reflect.TypeFor[*slog.Logger]():
+		return reflect.ValueOf(slog.New(slog.DiscardHandler))
 	case reflect.TypeFor[core.RetryPolicy]():
 		return reflect.ValueOf(&core.ExponentialBackoff{})
 	case reflect.TypeFor[core.Metrics]():

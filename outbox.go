@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -18,6 +19,7 @@ import (
 	"github.com/outboxkit/outbox/internal/active"
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/lifecycle"
+	"github.com/outboxkit/outbox/internal/logging"
 	"github.com/outboxkit/outbox/poller"
 	"github.com/outboxkit/outbox/purge"
 	"github.com/outboxkit/outbox/txctx"
@@ -73,7 +75,7 @@ type DB interface {
 // Mode is WriterOnly. The component configurations (Dispatch, Poller, Purge)
 // are the components' own: every field keeps its meaning and default, and
 // the fields they share with this Config (Store, DB, Registry, Metrics,
-// Logger) are filled from here when left zero.
+// Logger and Slog) are filled from here when left zero.
 type Config struct {
 	// DB is the pool the components and Do run on. Required.
 	DB DB
@@ -119,15 +121,28 @@ type Config struct {
 	Purge *purge.Config
 
 	// Logger is given to every component whose own Logger is zero (has no
-	// writer: the zero Logger, or one derived from it with With). Default:
-	// the zero (silent) logger.
+	// writer: the zero Logger, or one derived from it with With) and whose
+	// Slog is nil. Default: see Slog.
 	Logger zerolog.Logger
+	// Slog, when not nil, is used instead of Logger, and given to every
+	// component whose own Logger and Slog are unset. With neither set,
+	// every component sends its warnings and errors (DEAD events, store
+	// errors, hot-queue overflow) to slog.Default(), which writes to stderr
+	// unless the program changed it, and drops debug and info entries. To
+	// silence them, set Logger to zerolog.Nop() or Slog to
+	// slog.New(slog.DiscardHandler).
+	Slog *slog.Logger
 	// Metrics is given to the dispatcher and poller when their own Metrics
 	// is nil. Default: core.NopMetrics{}.
 	Metrics core.Metrics
 	// Tx configures the transactions Do begins (isolation level, read-only).
 	// Its zero value is valid; its Logger defaults to Logger.
 	Tx txctx.Config
+	// ContextHeaders, when set, returns headers the Writer adds to every
+	// event written in ctx, such as the trace context of the request
+	// (contrib/outboxotel.ContextHeaders). An event's own header of the
+	// same key wins. Default: none.
+	ContextHeaders func(ctx context.Context) map[string]string
 }
 
 // Outbox wires a Writer, a Dispatcher, a Poller and optionally a Purger on
@@ -163,7 +178,7 @@ func New(cfg Config) (*Outbox, error) {
 	o := &Outbox{mode: cfg.Mode}
 	o.life = lifecycle.NewStaged(lifecycle.Stages{Final: o.closeComponents})
 	txCfg := cfg.Tx
-	txCfg.Logger = loggerOr(txCfg.Logger, cfg.Logger)
+	txCfg.Logger, txCfg.Slog = loggersOr(txCfg.Logger, txCfg.Slog, cfg)
 	var err error
 	if o.txm, err = txctx.New(cfg.DB, txCfg); err != nil {
 		return nil, err
@@ -176,7 +191,7 @@ func New(cfg Config) (*Outbox, error) {
 		dc.DB = cmp.Or(dc.DB, core.DBTX(cfg.DB))
 		dc.Registry = cmp.Or(dc.Registry, cfg.Registry)
 		dc.Metrics = cmp.Or(dc.Metrics, cfg.Metrics)
-		dc.Logger = loggerOr(dc.Logger, cfg.Logger)
+		dc.Logger, dc.Slog = loggersOr(dc.Logger, dc.Slog, cfg)
 		dc.LeaseTimeout = cmp.Or(dc.LeaseTimeout, cfg.Poller.LeaseTimeout) // the one lease; validate checked they agree
 		if cfg.Mode == MultiNode && dc.Owner != "" {
 			dc.Owner = uniqueOwner(dc.Owner)
@@ -197,7 +212,7 @@ func New(cfg Config) (*Outbox, error) {
 		pc.Owner = o.dispatcher.Owner()
 		pc.LeaseTimeout = o.dispatcher.LeaseTimeout()
 		pc.Metrics = cmp.Or(pc.Metrics, cfg.Metrics)
-		pc.Logger = loggerOr(pc.Logger, cfg.Logger)
+		pc.Logger, pc.Slog = loggersOr(pc.Logger, pc.Slog, cfg)
 		if o.poller, err = poller.New(pc); err != nil {
 			return nil, err
 		}
@@ -207,7 +222,7 @@ func New(cfg Config) (*Outbox, error) {
 		pc := *cfg.Purge
 		pc.Store = cmp.Or(pc.Store, core.Purger(cfg.Store))
 		pc.DB = cmp.Or(pc.DB, core.DBTX(cfg.DB))
-		pc.Logger = loggerOr(pc.Logger, cfg.Logger)
+		pc.Logger, pc.Slog = loggersOr(pc.Logger, pc.Slog, cfg)
 		if cfg.sharedTable() && pc.Locker == nil {
 			// Several processes share the table: one purges at a time. A
 			// store without named locks (SQLite) purges unlocked, which is
@@ -221,7 +236,8 @@ func New(cfg Config) (*Outbox, error) {
 			return nil, err
 		}
 	}
-	o.writer, err = core.NewWriter(core.WriterConfig{Store: cfg.Store, Hook: hook, Logger: cfg.Logger})
+	o.writer, err = core.NewWriter(core.WriterConfig{Store: cfg.Store, Hook: hook, Logger: cfg.Logger, Slog: cfg.Slog,
+		ContextHeaders: cfg.ContextHeaders})
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +264,7 @@ func (o *Outbox) newGate(cfg Config) (*active.Gate, error) {
 				o.poller.Wake()
 			}
 		},
-		Logger: cfg.Logger,
+		Logger: logging.Resolve(cfg.Logger, cfg.Slog),
 	})
 }
 
@@ -351,7 +367,7 @@ func dispatchSet(c dispatch.Config) bool {
 		c.Workers != 0 || c.HotQueueSize != 0 || c.ColdQueueSize != 0 || c.MaxAttempts != 0 ||
 		c.Retry != nil || c.DrainTimeout != 0 || c.ListenerTimeout != 0 || c.StoreTimeout != 0 || c.LeaseTimeout != 0 ||
 		c.DoneBatchSize != 0 || c.DoneBatchLinger != 0 || c.DeleteDelivered || c.NoYieldAfterCommit ||
-		c.Interceptors != nil || c.Metrics != nil || config.HasWriter(c.Logger) || c.Now != nil
+		c.Interceptors != nil || c.Metrics != nil || config.HasWriter(c.Logger) || c.Slog != nil || c.Now != nil
 }
 
 // pollerSet is dispatchSet for the poller's configuration.
@@ -359,16 +375,16 @@ func pollerSet(c poller.Config) bool {
 	return c.Store != nil || c.DB != nil || c.Handler != nil || c.Owner != "" ||
 		c.LeaseTimeout != 0 || c.SkipRecent != 0 || c.BatchSize != 0 || c.Interval != 0 ||
 		c.BusyInterval != 0 || c.BusyFor != 0 || c.NoWatch ||
-		c.ClaimTimeout != 0 || c.Metrics != nil || config.HasWriter(c.Logger) || c.Now != nil
+		c.ClaimTimeout != 0 || c.Metrics != nil || config.HasWriter(c.Logger) || c.Slog != nil || c.Now != nil
 }
 
-// loggerOr returns l, or def when l is the zero Logger (see
-// config.HasWriter for what counts as zero).
-func loggerOr(l, def zerolog.Logger) zerolog.Logger {
-	if config.HasWriter(l) {
-		return l
+// loggersOr returns a component's loggers l and sl when either is set (see
+// logging.Set), else cfg's.
+func loggersOr(l zerolog.Logger, sl *slog.Logger, cfg Config) (zerolog.Logger, *slog.Logger) {
+	if logging.Set(l, sl) {
+		return l, sl
 	}
-	return def
+	return cfg.Logger, cfg.Slog
 }
 
 // uniqueOwner appends a random suffix to owner, cutting owner so that the

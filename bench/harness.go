@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
@@ -198,8 +200,11 @@ func startInstance(ctx context.Context, cfg *config, st store.SchemaManager, db 
 		return nil, err
 	}
 	in := &instance{db: db, m: &metrics{}}
+	// Silent: the benchmarks measure the library, not its warnings on
+	// stderr (W2's bursts overflow the hot queue on purpose).
+	quiet := zerolog.Nop()
 	dcfg := dispatch.Config{
-		Store: st, DB: db, Registry: reg, Metrics: in.m,
+		Store: st, DB: db, Registry: reg, Metrics: in.m, Logger: quiet,
 		Workers: cfg.workers, HotQueueSize: cfg.hotQueue, ColdQueueSize: cfg.coldQueue,
 	}
 	cfg.applyDispatch(&dcfg)
@@ -207,12 +212,12 @@ func startInstance(ctx context.Context, cfg *config, st store.SchemaManager, db 
 	if err != nil {
 		return nil, err
 	}
-	p, err := poller.New(poller.Config{Store: st, DB: db, Handler: d, Metrics: in.m,
+	p, err := poller.New(poller.Config{Store: st, DB: db, Handler: d, Metrics: in.m, Logger: quiet,
 		BatchSize: cfg.pollBatch, Interval: cfg.pollInterval, BusyInterval: cfg.busyInterval, NoWatch: cfg.noWake})
 	if err != nil {
 		return nil, err
 	}
-	w, err := core.NewWriter(core.WriterConfig{Store: st, Hook: d.WriterHook(), NoNotify: cfg.noWake})
+	w, err := core.NewWriter(core.WriterConfig{Store: st, Hook: d.WriterHook(), NoNotify: cfg.noWake, Logger: quiet})
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +255,12 @@ type table struct {
 }
 
 func newTable(ctx context.Context, tg *target, db *sql.DB, kind string) (*table, error) {
-	st, err := tg.newStore(uniqueName(kind))
+	return newOrderedTable(ctx, tg, db, kind, nil)
+}
+
+// newOrderedTable is newTable with a store that orders o's aggregate types.
+func newOrderedTable(ctx context.Context, tg *target, db *sql.DB, kind string, o core.Ordering) (*table, error) {
+	st, err := tg.newStore(uniqueName(kind), o)
 	if err != nil {
 		return nil, err
 	}

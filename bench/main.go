@@ -43,6 +43,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,6 +54,7 @@ import (
 // config is the command line.
 type config struct {
 	dbs, workloads string
+	orderedKeys    []int // W1: also run ordered over each of these key counts
 	w1Events       int
 	rounds         int
 	writers        int
@@ -106,6 +108,7 @@ func main() {
 	flag.IntVar(&c.w1Events, "w1-events", 60000, "W1: business transactions (one event each)")
 	flag.IntVar(&c.rounds, "rounds", 3, "W1: alternate the raw baseline and the outbox runs in this many rounds")
 	flag.IntVar(&c.writers, "writers", 16, "W1: concurrent writers")
+	orderedKeys := flag.String("ordered-keys", "1000,10", "W1: also run with ordering on over these numbers of keys, comma-separated (\"\": none)")
 	flag.IntVar(&c.w2Events, "w2-events", 100000, "W2: pending rows in the backlog (1000000 for the memory check)")
 	large := flag.Bool("large", false, "W2 with 1,000,000 pending rows (same as -w2-events 1000000)")
 	flag.IntVar(&c.workers, "workers", dispatch.DefaultWorkers, "dispatcher workers")
@@ -133,6 +136,17 @@ func main() {
 	flag.DurationVar(&c.vacuumEvery, "vacuum-every", 0, "W2 on PostgreSQL: VACUUM the outbox table this often during a drain (0: never; autovacuum as configured)")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	for _, f := range strings.Split(*orderedKeys, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n <= 0 {
+			fmt.Fprintf(os.Stderr, "bench: -ordered-keys: %q is not a positive number\n", f)
+			os.Exit(2)
+		}
+		c.orderedKeys = append(c.orderedKeys, n)
+	}
 	if *large {
 		c.w2Events = 1000000
 	}

@@ -68,6 +68,10 @@ type timedStore struct {
 	claims, done, marks *opStats
 }
 
+// Unwrap lets the library find the wrapped store's other capabilities
+// (core.OrderedStore, core.LeaseRenewer).
+func (s *timedStore) Unwrap() core.Store { return s.SchemaManager }
+
 func newTimedStore(st store.SchemaManager, cs *callStats) store.SchemaManager {
 	ts := &timedStore{SchemaManager: st, claims: &cs.claims, done: &cs.done, marks: &cs.marks}
 	if bm, ok := core.StoreAs[core.BatchMarker](st); ok {

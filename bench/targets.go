@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/store"
 	"github.com/outboxkit/outbox/store/mysql"
 	"github.com/outboxkit/outbox/store/postgres"
@@ -24,7 +25,7 @@ type target struct {
 	// open returns a new pool, as a separate process would have; conns caps
 	// its connections (ignored by SQLite, whose pool has one).
 	open     func(conns int) (*sql.DB, error)
-	newStore func(table string) (store.SchemaManager, error)
+	newStore func(table string, o core.Ordering) (store.SchemaManager, error)
 	// pending is the condition selecting NEW and RETRY rows that the
 	// dialect's claim index serves.
 	pending string
@@ -91,8 +92,10 @@ func targets(list string) ([]*target, error) {
 					db, err := postgres.Open(dsn)
 					return pooled(db, conns), err
 				},
-				newStore: func(table string) (store.SchemaManager, error) { return postgres.New(postgres.Config{Table: table}) },
-				pending:  "status IN (0, 2)", numbered: true,
+				newStore: func(table string, o core.Ordering) (store.SchemaManager, error) {
+					return postgres.New(postgres.Config{Table: table, Ordered: o})
+				},
+				pending: "status IN (0, 2)", numbered: true,
 				encodeTime: func(t time.Time) any { return utcMicro(t) },
 				analyze:    "ANALYZE %s",
 			})
@@ -108,7 +111,9 @@ func targets(list string) ([]*target, error) {
 					db, err := mysql.Open(dsn)
 					return pooled(db, conns), err
 				},
-				newStore:   func(table string) (store.SchemaManager, error) { return mysql.New(mysql.Config{Table: table}) },
+				newStore: func(table string, o core.Ordering) (store.SchemaManager, error) {
+					return mysql.New(mysql.Config{Table: table, Ordered: o})
+				},
 				pending:    "lane = 0",
 				encodeTime: func(t time.Time) any { return utcMicro(t) },
 				analyze:    "ANALYZE TABLE %s",
@@ -136,9 +141,11 @@ func sqliteTarget() (*target, error) {
 	}
 	path := filepath.Join(dir, "bench.db")
 	return &target{
-		name:       "sqlite",
-		open:       func(int) (*sql.DB, error) { return sqlite.Open(path) },
-		newStore:   func(table string) (store.SchemaManager, error) { return sqlite.New(sqlite.Config{Table: table}) },
+		name: "sqlite",
+		open: func(int) (*sql.DB, error) { return sqlite.Open(path) },
+		newStore: func(table string, o core.Ordering) (store.SchemaManager, error) {
+			return sqlite.New(sqlite.Config{Table: table, Ordered: o})
+		},
 		pending:    "status IN (0, 2)",
 		encodeTime: func(t time.Time) any { return t.UTC().Format(sqliteTimeFormat) },
 		cleanup:    func() { _ = os.RemoveAll(dir) },

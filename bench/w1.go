@@ -151,7 +151,10 @@ func w1Baseline(ctx context.Context, c *config, tg *target, data *w1Data, withOu
 // w1Outbox runs the writers through core.Writer with instances
 // dispatcher+poller instances delivering; writer w uses instance w % instances.
 // It returns the run's result and its commit-to-listener latencies.
-func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instances int, cs *callStats) (result, []time.Duration, error) {
+//
+// With keys > 0 the aggregate type is ordered (core.Ordering) and the
+// transactions write to keys aggregate ids in turn.
+func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instances, keys int, cs *callStats) (result, []time.Duration, error) {
 	admin, err := tg.open(2)
 	if err != nil {
 		return result{}, nil, err
@@ -162,7 +165,11 @@ func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instance
 		return result{}, nil, err
 	}
 	defer dropBiz()
-	t, err := newTable(ctx, tg, admin, "w1")
+	var ordering core.Ordering
+	if keys > 0 {
+		ordering = core.Ordering{orderAgg.Name(): core.DeadBlocks}
+	}
+	t, err := newOrderedTable(ctx, tg, admin, "w1", ordering)
 	if err != nil {
 		return result{}, nil, err
 	}
@@ -195,8 +202,12 @@ func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instance
 	_, err = writeAll(ctx, len(data.ids), c.writers, func(w, i int) error {
 		in := ins[w%len(ins)]
 		orderID := fmt.Sprintf("o-%09d", i)
+		aggID := orderID
+		if keys > 0 {
+			aggID = fmt.Sprintf("k-%06d", i%keys)
+		}
 		env, err := core.NewEnvelope(core.EnvelopeSpec{ID: data.ids[i], Type: orderPlaced, AggregateType: orderAgg,
-			AggregateID: orderID, JSON: data.payloads[i]})
+			AggregateID: aggID, JSON: data.payloads[i]})
 		if err != nil {
 			return err
 		}
@@ -277,6 +288,7 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 	type kind struct {
 		name      string
 		instances int // 0: the raw baseline
+		keys      int // > 0: ordered over this many keys
 		rounds    []result
 		lat       []time.Duration
 		stats     callStats
@@ -288,6 +300,9 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 	if w3 {
 		kinds = append(kinds, &kind{name: "outbox, 2 instances (W3)", instances: 2})
 	}
+	for _, keys := range c.orderedKeys {
+		kinds = append(kinds, &kind{name: fmt.Sprintf("outbox ordered, %d keys, 1 instance", keys), instances: 1, keys: keys})
+	}
 	for round := range c.rounds {
 		for _, k := range kinds {
 			fmt.Printf("    round %d: %s ...\n", round+1, k.name)
@@ -296,7 +311,7 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 			if k.instances == 0 {
 				r, err = w1Baseline(ctx, c, tg, data, true)
 			} else {
-				r, lat, err = w1Outbox(ctx, c, tg, data, k.instances, &k.stats)
+				r, lat, err = w1Outbox(ctx, c, tg, data, k.instances, k.keys, &k.stats)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", k.name, err)

@@ -63,6 +63,7 @@ type Envelope struct {
 	notBefore     time.Time
 	headers       map[string]string
 	payload       []byte
+	seq           int64 // set by the Writer after the insert; see Seq
 }
 
 // NewEnvelope validates spec and returns the envelope it describes. On bad
@@ -295,3 +296,32 @@ func (e Envelope) RawHeaders() map[string]string { return e.headers }
 // RawPayload returns the payload without copying. The caller must not modify
 // it; stores use it to avoid a copy per insert.
 func (e Envelope) RawPayload() []byte { return e.payload }
+
+// withHeaders returns envs with extra added to the headers of each, without
+// replacing a header an envelope already has. It copies what it changes:
+// envs and its envelopes stay as they were.
+func withHeaders(envs []Envelope, extra map[string]string) []Envelope {
+	if len(extra) == 0 {
+		return envs
+	}
+	out := slices.Clone(envs)
+	for i := range out {
+		h := maps.Clone(out[i].headers)
+		if h == nil {
+			h = make(map[string]string, len(extra))
+		}
+		for k, v := range extra {
+			if _, ok := h[k]; !ok {
+				h[k] = v
+			}
+		}
+		out[i].headers = h
+	}
+	return out
+}
+
+// Seq returns the envelope's position in its key (see Ordering) as the
+// Writer's store assigned it: the envelopes a WriterHook's AfterWrite and
+// AfterCommit receive carry it. It is 0 for unordered envelopes and before
+// the write.
+func (e Envelope) Seq() int64 { return e.seq }

@@ -16,7 +16,7 @@ const (
 	StatusDead  Status = 3 // gave up (terminal); can be replayed
 )
 
-// String returns the status name: NEW, DONE, RETRY or DEAD.
+// String returns the status name: NEW, DONE, RETRY, DEAD or WAITING.
 func (s Status) String() string {
 	switch s {
 	case StatusNew:
@@ -27,6 +27,8 @@ func (s Status) String() string {
 		return "RETRY"
 	case StatusDead:
 		return "DEAD"
+	case StatusWaiting:
+		return "WAITING"
 	}
 	return fmt.Sprintf("Status(%d)", int16(s))
 }
@@ -50,4 +52,7 @@ type Event struct {
 	LastError string
 	LockedBy  string    // lease owner, "" when not leased
 	LockedAt  time.Time // lease start; zero when not leased
+	// Seq is the event's position in its key (aggregate type and id) when
+	// its aggregate type is ordered (see Ordering); 0 for unordered events.
+	Seq int64
 }

@@ -27,8 +27,9 @@ type routeKey struct{ aggregate, event string }
 // (aggregate type, event type). The zero value is empty and ready; it is safe
 // for concurrent use.
 type Registry struct {
-	mu     sync.RWMutex
-	routes map[routeKey]Listener
+	mu       sync.RWMutex
+	routes   map[routeKey]Listener
+	fallback Listener
 }
 
 // NewRegistry returns an empty registry.
@@ -77,10 +78,31 @@ func (r *Registry) RegisterFunc(aggregate AggregateType, event EventType, f func
 	return r.Register(aggregate, event, ListenerFunc(f))
 }
 
-// Lookup returns the listener for (aggregateType, eventType), or false.
+// RegisterFallback sets the listener of every (aggregate type, event type)
+// that has none of its own: one route for many pairs, such as a publisher
+// that forwards every event to a broker. Pairs registered with Register keep
+// their own listener. It returns an error matching ErrDuplicateListener if a
+// fallback is already set, or ErrInvalid for a nil listener.
+func (r *Registry) RegisterFallback(l Listener) error {
+	if l == nil {
+		return Invalid("listener", "is nil")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fallback != nil {
+		return fmt.Errorf("register fallback: %w", ErrDuplicateListener)
+	}
+	r.fallback = l
+	return nil
+}
+
+// Lookup returns the listener for (aggregateType, eventType), the fallback
+// when the pair has none, or false when there is neither.
 func (r *Registry) Lookup(aggregateType, eventType string) (Listener, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	l, ok := r.routes[routeKey{aggregateType, eventType}]
-	return l, ok
+	if l, ok := r.routes[routeKey{aggregateType, eventType}]; ok {
+		return l, true
+	}
+	return r.fallback, r.fallback != nil
 }

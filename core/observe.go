@@ -39,6 +39,27 @@ func (NopMetrics) StoreError()             {}
 func (NopMetrics) QueueDepths(_, _ int)    {}
 func (NopMetrics) OldestLag(time.Duration) {}
 
+// LatencyMetrics is an optional capability of a Metrics: the durations
+// behind latency histograms. The dispatcher and the poller record them when
+// their Metrics has it (found by type assertion), so that a Metrics without
+// it keeps working.
+type LatencyMetrics interface {
+	// DeliveryLatency is the time from an event's commit to the start of
+	// its listener call. queue is "hot" (measured from the after-commit
+	// hand-off) or "cold" (measured from the later of the row's created_at,
+	// the writer's clock, and available_at, when a retry fell due).
+	DeliveryLatency(queue string, d time.Duration)
+	// ListenerDuration is one listener call, interceptors included.
+	ListenerDuration(d time.Duration)
+	// ClaimDuration is one claim of the poller, whether it found rows or
+	// not.
+	ClaimDuration(d time.Duration)
+	// WriteBackDuration is one round of outcome write-backs: the outcomes a
+	// worker or the DONE batcher writes together (a DONE batch, a RETRY, a
+	// DEAD), the statements' own retries included.
+	WriteBackDuration(d time.Duration)
+}
+
 // Interceptor runs around every dispatch, for cross-cutting concerns such as
 // audit, tracing or logging. Before hooks run in registration order and an
 // error stops the dispatch (it counts as a listener failure); After hooks run

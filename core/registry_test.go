@@ -63,3 +63,34 @@ func TestRegistryConcurrentUse(t *testing.T) {
 		}
 	}
 }
+
+func TestRegistryFallback(t *testing.T) {
+	var r core.Registry
+	own := core.ListenerFunc(func(context.Context, core.Event) error { return errors.New("own") })
+	all := core.ListenerFunc(func(context.Context, core.Event) error { return errors.New("fallback") })
+	if err := r.RegisterFallback(nil); !errors.Is(err, core.ErrInvalid) {
+		t.Fatalf("nil fallback: %v", err)
+	}
+	if err := r.Register(core.AggregateName("Order"), orderPlaced, own); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RegisterFallback(all); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.RegisterFallback(all); !errors.Is(err, core.ErrDuplicateListener) {
+		t.Fatalf("second fallback: %v", err)
+	}
+	for _, tc := range []struct{ agg, typ, want string }{
+		{"Order", "OrderPlaced", "own"},
+		{"Order", "OrderShipped", "fallback"},
+		{"User", "UserCreated", "fallback"},
+	} {
+		l, ok := r.Lookup(tc.agg, tc.typ)
+		if !ok {
+			t.Fatalf("%s/%s: not found", tc.agg, tc.typ)
+		}
+		if got := l.Handle(context.Background(), core.Event{}).Error(); got != tc.want {
+			t.Errorf("%s/%s: listener %q, want %q", tc.agg, tc.typ, got, tc.want)
+		}
+	}
+}

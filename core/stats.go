@@ -12,6 +12,10 @@ type Stats struct {
 	Leased int64 // NEW or RETRY rows currently leased: queued or in flight
 	Dead   int64
 	Done   int64
+	// Waiting counts ordered events waiting for an earlier event of their
+	// key; BlockedKeys counts keys held up by a DEAD head (see Ordering).
+	Waiting     int64
+	BlockedKeys int64
 	// OldestPending is the created_at of the oldest NEW or RETRY row; zero
 	// when nothing is pending.
 	OldestPending time.Time
@@ -26,4 +30,19 @@ type Inspector interface {
 	// CountPurgeable counts the DONE and DEAD rows a Purge with p would
 	// delete, ignoring p.Limit.
 	CountPurgeable(ctx context.Context, db DBTX, p PurgeParams) (done, dead int64, err error)
+	// CountByType counts the NEW, RETRY and DEAD rows of each (aggregate
+	// type, event type) that has any, ordered by aggregate type and then
+	// event type.
+	CountByType(ctx context.Context, db DBTX) ([]TypeCount, error)
+}
+
+// TypeCount is the backlog of one (aggregate type, event type): its rows
+// waiting for delivery and its DEAD rows. Delivered rows are not counted by
+// type: that would read every DONE row of the table.
+type TypeCount struct {
+	AggregateType string
+	EventType     string
+	New           int64 // NEW rows (leased or not)
+	Retry         int64 // RETRY rows (waiting or due)
+	Dead          int64
 }

@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/outboxkit/outbox/internal/logging"
 )
 
 // WriterHook observes and shapes what a Writer writes. The
@@ -29,6 +33,10 @@ type WriterHook interface {
 // commit (the dispatcher's hot path). The Writer inserts its events already
 // leased by LeaseOwner, so that other instances' pollers leave them alone; the
 // hook releases the lease of any event it cannot take.
+//
+// Ordered events stored as StatusWaiting (see OrderedStore) are not leased and
+// must not be delivered until promoted, so the Writer leaves them out of the
+// lists a LeasingHook receives; other hooks receive every written envelope.
 type LeasingHook interface {
 	WriterHook
 	LeaseOwner() string
@@ -79,8 +87,13 @@ type WriterConfig struct {
 	// Hook observes writes; the dispatcher's hook feeds its hot queue.
 	// Default: none (the poller or CDC delivers).
 	Hook WriterHook
-	// Logger receives hook failures. Default: the zero (silent) logger.
+	// Logger receives hook failures. Default: see Slog.
 	Logger zerolog.Logger
+	// Slog, when not nil, receives the writer's logs instead of Logger.
+	// With neither set, warnings and errors go to slog.Default() (stderr
+	// unless the program changed it); set Logger to zerolog.Nop() or Slog
+	// to slog.New(slog.DiscardHandler) to silence them.
+	Slog *slog.Logger
 	// Now returns the current time. Default: time.Now.
 	Now func() time.Time
 	// NoNotify stops the Writer from signalling new events. By default,
@@ -91,6 +104,11 @@ type WriterConfig struct {
 	// pollers watching the table, in every instance, claim the events as
 	// soon as the transaction commits instead of at their next poll.
 	NoNotify bool
+	// ContextHeaders, when set, returns headers to add to every envelope
+	// written in ctx: the trace context of the writing request (see the
+	// nested module contrib/outboxotel), a request id. An envelope's own
+	// header of the same key wins. Default: none.
+	ContextHeaders func(ctx context.Context) map[string]string
 }
 
 // Writer inserts envelopes into the outbox table inside the caller's
@@ -102,7 +120,9 @@ type Writer struct {
 	// their signal, until they end: one per transaction is enough.
 	notified sync.Map
 	hook     WriterHook
+	headers  func(ctx context.Context) map[string]string
 	owner    string
+	ordered  OrderedStore // nil: the store orders nothing
 	log      zerolog.Logger
 	now      func() time.Time
 }
@@ -112,12 +132,15 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if cfg.Store == nil {
 		return nil, Invalid("writer config", "Store is nil")
 	}
-	w := &Writer{store: cfg.Store, hook: cfg.Hook, log: cfg.Logger, now: cfg.Now}
+	w := &Writer{store: cfg.Store, hook: cfg.Hook, headers: cfg.ContextHeaders, log: logging.Resolve(cfg.Logger, cfg.Slog), now: cfg.Now}
 	if w.now == nil {
 		w.now = time.Now
 	}
 	if lh, ok := cfg.Hook.(LeasingHook); ok {
 		w.owner = lh.LeaseOwner()
+	}
+	if o, ok := StoreAs[OrderedStore](cfg.Store); ok && len(o.Ordering()) > 0 {
+		w.ordered = o
 	}
 	if n, ok := StoreAs[InsertNotifier](cfg.Store); ok && !cfg.NoNotify {
 		w.notifier = n
@@ -158,7 +181,9 @@ func (w *Writer) WriteTx(ctx context.Context, tx DBTX, env Envelope) (string, er
 
 // WriteAllTx writes envs in the explicit transaction tx (a *sql.Tx, *sqlx.Tx or
 // a core.Tx). A pool or connection is refused with ErrNoTransaction, because
-// the events would commit on their own. After-commit hooks run only when tx
+// the events would commit on their own. A bun.Tx is refused with an error
+// matching ErrInvalid, because Bun rewrites the SQL it runs: pass its *sql.Tx
+// (bunTx.Tx) instead. After-commit hooks run only when tx
 // is a core.Tx (see package txctx); with a plain *sql.Tx the events are left
 // for the poller.
 func (w *Writer) WriteAllTx(ctx context.Context, tx DBTX, envs []Envelope) ([]string, error) {
@@ -168,10 +193,45 @@ func (w *Writer) WriteAllTx(ctx context.Context, tx DBTX, envs []Envelope) ([]st
 	if _, isPool := tx.(TxBeginner); isPool {
 		return nil, fmt.Errorf("%w: got a connection pool or connection, not a transaction", ErrNoTransaction)
 	}
+	if err := checkForeignTx(tx); err != nil {
+		return nil, err
+	}
 	return w.write(ctx, tx, envs)
 }
 
+// bunPackage is the import path of the Bun ORM. Its handles (bun.Tx, *bun.DB,
+// bun.Conn) have the methods of DBTX, so they compile as WriteTx's argument,
+// but they run every query through Bun's own formatter, which knows only its
+// own placeholders: the store's $1 placeholders reach PostgreSQL without
+// their arguments ("there is no parameter $1"), and its ? placeholders are
+// replaced by literals Bun formats. Nothing written that way can be trusted,
+// so the Writer refuses these handles at once and names what to pass.
+const bunPackage = "github.com/uptrace/bun"
+
+// checkForeignTx refuses handles that look like a DBTX but do not run the
+// store's SQL as written.
+func checkForeignTx(tx DBTX) error {
+	t := reflect.TypeOf(tx)
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.PkgPath() != bunPackage {
+		return nil
+	}
+	if t.Name() == "Tx" {
+		return Invalid("transaction",
+			"a bun.Tx runs queries through Bun's formatter, which drops the outbox's SQL arguments: "+
+				"pass its *sql.Tx (bunTx.Tx) to WriteTx, or begin the transaction with "+
+				"github.com/outboxkit/outbox/contrib/bun for delivery right after COMMIT")
+	}
+	return fmt.Errorf("%w: got a bun.%s, not a transaction: pass the *sql.Tx of a bun.Tx (bunTx.Tx)",
+		ErrNoTransaction, t.Name())
+}
+
 func (w *Writer) write(ctx context.Context, db DBTX, envs []Envelope) ([]string, error) {
+	if w.headers != nil {
+		envs = withHeaders(envs, w.headers(ctx))
+	}
 	if w.hook != nil {
 		var err error
 		envs, err = w.beforeWrite(ctx, envs)
@@ -199,7 +259,22 @@ func (w *Writer) write(ctx context.Context, db DBTX, envs []Envelope) ([]string,
 	if w.owner != "" && hasCallbacks {
 		opts = InsertOptions{LeaseOwner: w.owner, LeaseAt: w.now()}
 	}
-	if err := w.store.Insert(ctx, db, envs, opts); err != nil {
+	var waiting []string
+	var err error
+	if w.ordered != nil {
+		var res InsertResult
+		res, err = w.ordered.InsertOrdered(ctx, db, envs, opts)
+		waiting = res.Waiting
+		if err == nil && res.Seqs != nil {
+			envs = slices.Clone(envs)
+			for i := range envs {
+				envs[i].seq = res.Seqs[i]
+			}
+		}
+	} else {
+		err = w.store.Insert(ctx, db, envs, opts)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("write events: %w", err)
 	}
 	// Events not leased by this writer wait for a poller: tell the pollers
@@ -215,6 +290,9 @@ func (w *Writer) write(ctx context.Context, db DBTX, envs []Envelope) ([]string,
 	}
 	if w.hook == nil {
 		return ids, nil
+	}
+	if w.owner != "" && len(waiting) > 0 {
+		envs = withoutIDs(envs, waiting)
 	}
 	w.safely(ctx, "AfterWrite", envs, w.hook.AfterWrite)
 	if hasCallbacks {
@@ -271,4 +349,19 @@ func (w *Writer) safely(ctx context.Context, stage string, envs []Envelope, fn f
 	if err := fn(ctx, envs); err != nil {
 		w.log.Error().Str("stage", stage).Int("events", len(envs)).Err(err).Msg("outbox writer hook failed")
 	}
+}
+
+// withoutIDs returns the envelopes of envs whose id is not in ids, in order.
+func withoutIDs(envs []Envelope, ids []string) []Envelope {
+	skip := make(map[string]struct{}, len(ids))
+	for _, id := range ids {
+		skip[id] = struct{}{}
+	}
+	out := make([]Envelope, 0, len(envs)-len(ids))
+	for _, env := range envs {
+		if _, ok := skip[env.id]; !ok {
+			out = append(out, env)
+		}
+	}
+	return out
 }

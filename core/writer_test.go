@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -290,5 +291,149 @@ func TestWriterLeasesHotPathEvents(t *testing.T) {
 	}
 	if ev.LockedBy != "proc-1" || ev.LockedAt.IsZero() {
 		t.Fatalf("hot event lease = %q %v", ev.LockedBy, ev.LockedAt)
+	}
+}
+
+type requestIDKey struct{}
+
+// TestWriterContextHeaders: the headers ContextHeaders returns for the
+// writing context are stored with every event, an event's own header of the
+// same key wins, the caller's envelopes are not changed, and a header the
+// table cannot hold fails the write with nothing written.
+func TestWriterContextHeaders(t *testing.T) {
+	t.Parallel()
+	tg := testdb.SQLite(t)
+	w, err := core.NewWriter(core.WriterConfig{Store: tg.Store, ContextHeaders: func(ctx context.Context) map[string]string {
+		id, _ := ctx.Value(requestIDKey{}).(string)
+		return map[string]string{"request-id": id, "source": "ctx"}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := txctx.New(tg.DB, txctx.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := core.NewEnvelope(core.EnvelopeSpec{ID: "own", Type: orderPlaced, JSON: []byte(`{}`),
+		Headers: map[string]string{"source": "event"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := mustEnv(t, "plain")
+	ctx := context.WithValue(context.Background(), requestIDKey{}, "req-7")
+	if err := m.Do(ctx, func(ctx context.Context) error {
+		_, err := w.WriteAll(ctx, []core.Envelope{own, plain})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]map[string]string{
+		"own":   {"request-id": "req-7", "source": "event"},
+		"plain": {"request-id": "req-7", "source": "ctx"},
+	} {
+		ev, err := tg.Store.Get(context.Background(), tg.DB, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ev.Headers(); !maps.Equal(got, want) {
+			t.Errorf("%s: headers %v, want %v", id, got, want)
+		}
+	}
+	if h := plain.Headers(); h != nil {
+		t.Errorf("the caller's envelope changed: headers %v", h)
+	}
+
+	bad, err := core.NewWriter(core.WriterConfig{Store: tg.Store, ContextHeaders: func(context.Context) map[string]string {
+		return map[string]string{"": "empty key"}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.Do(ctx, func(ctx context.Context) error {
+		_, err := bad.Write(ctx, mustEnv(t, "bad-header"))
+		return err
+	})
+	if !errors.Is(err, core.ErrInvalid) {
+		t.Errorf("empty header key from ContextHeaders: %v, want ErrInvalid", err)
+	}
+	if _, err := tg.Store.Get(context.Background(), tg.DB, "bad-header"); !errors.Is(err, core.ErrNotFound) {
+		t.Errorf("bad-header was written: %v", err)
+	}
+}
+
+// seqRecorder is a leasing hook that records the ids and seqs of the events
+// AfterCommit receives.
+type seqRecorder struct {
+	recorder
+	mu   sync.Mutex
+	seqs map[string]int64
+}
+
+func (s *seqRecorder) AfterCommit(_ context.Context, envs []core.Envelope) error {
+	s.recorder.log("commit", envs)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range envs {
+		s.seqs[e.ID()] = e.Seq()
+	}
+	return nil
+}
+
+func (s *seqRecorder) LeaseOwner() string { return s.owner }
+
+// TestWriterKeepsWaitingEventsFromHook: on an ordered store, a hook that
+// leases (the hot path) receives the events written as their key's head and
+// the unordered ones, stamped with their seqs, and not those stored WAITING,
+// which only their predecessor's promotion may deliver; a hook that leases
+// nothing receives them all.
+func TestWriterKeepsWaitingEventsFromHook(t *testing.T) {
+	t.Parallel()
+	tg := testdb.SQLite(t)
+	m, err := txctx.New(tg.DB, txctx.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyed := func(id, aggID string) core.Envelope {
+		e, err := core.NewEnvelope(core.EnvelopeSpec{ID: id, Type: orderPlaced, AggregateType: core.AggregateName("Order"),
+			AggregateID: aggID, JSON: []byte(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	write := func(hook core.WriterHook, envs ...core.Envelope) {
+		t.Helper()
+		w, err := core.NewWriter(core.WriterConfig{Store: tg.Ordered, Hook: hook, Logger: zerolog.Nop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Do(context.Background(), func(ctx context.Context) error {
+			_, err := w.WriteAll(ctx, envs)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hot := &seqRecorder{recorder: recorder{owner: "proc-1"}, seqs: map[string]int64{}}
+	write(hot, keyed("a-1", "A"), keyed("a-2", "A"), mustEnv(t, "u-1"), keyed("b-1", "B"))
+	if got, want := hot.got(), []string{"before:a-1,a-2,u-1,b-1", "write:a-1,u-1,b-1", "commit:a-1,u-1,b-1"}; !slices.Equal(got, want) {
+		t.Fatalf("leasing hook calls %q, want %q", got, want)
+	}
+	if want := map[string]int64{"a-1": 1, "u-1": 0, "b-1": 1}; !maps.Equal(hot.seqs, want) {
+		t.Fatalf("seqs seen by the hook %v, want %v", hot.seqs, want)
+	}
+	for id, want := range map[string]string{"a-1": "proc-1", "a-2": "", "b-1": "proc-1"} {
+		ev, err := tg.Store.Get(context.Background(), tg.DB, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.LockedBy != want {
+			t.Errorf("%s leased by %q, want %q", id, ev.LockedBy, want)
+		}
+	}
+	plain := &recorder{}
+	write(plain, keyed("a-3", "A"))
+	if got, want := plain.got(), []string{"before:a-3", "write:a-3", "commit:a-3"}; !slices.Equal(got, want) {
+		t.Fatalf("plain hook calls %q, want %q", got, want)
 	}
 }

@@ -85,9 +85,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Now = config.Clock(c.Now)
 	return c, nil
 }
 
@@ -99,22 +97,16 @@ func (m *Manager) List(ctx context.Context, f core.DeadFilter) ([]core.Event, er
 	if f.Limit < 0 {
 		return nil, core.Invalid("dead filter", "Limit is negative")
 	}
-	events, err := m.cfg.Store.QueryDead(ctx, m.cfg.DB, f)
-	if err != nil {
-		return events, fmt.Errorf("list dead events: %w", err)
-	}
-	return events, nil
+	// The store's error already names the operation ("query dead events:
+	// ..."); another prefix would only repeat it.
+	return m.cfg.Store.QueryDead(ctx, m.cfg.DB, f)
 }
 
 // Count returns the number of DEAD events matching f's event type and
 // aggregate type (empty matches all); f.Limit is ignored.
 func (m *Manager) Count(ctx context.Context, f core.DeadFilter) (int64, error) {
 	f.Limit = 0
-	n, err := m.cfg.Store.CountDead(ctx, m.cfg.DB, f)
-	if err != nil {
-		return 0, fmt.Errorf("count dead events: %w", err)
-	}
-	return n, nil
+	return m.cfg.Store.CountDead(ctx, m.cfg.DB, f)
 }
 
 // Replay moves the DEAD event id back to NEW (attempts 0, error cleared,
@@ -169,4 +161,58 @@ func (m *Manager) ReplayAll(ctx context.Context, f core.DeadFilter, progress fun
 		}
 	}
 	return total, nil
+}
+
+// BlockedKeys lists the keys of ordered aggregate types (see core.Ordering)
+// held up by a DEAD head event, oldest dead head first, filtered by f's
+// aggregate and event type, at most f.Limit of them (0 means 100). Each
+// unblocks when its head is replayed (Replay) and delivered, or skipped
+// (Skip). A store without ordered delivery (not a core.OrderedStore) has
+// none: BlockedKeys returns nil.
+func (m *Manager) BlockedKeys(ctx context.Context, f core.DeadFilter) ([]core.BlockedKey, error) {
+	if f.Limit < 0 {
+		return nil, core.Invalid("dead filter", "Limit is negative")
+	}
+	o, ok := m.ordered()
+	if !ok {
+		return nil, nil
+	}
+	keys, err := o.BlockedKeys(ctx, m.cfg.DB, f)
+	if err != nil {
+		return nil, fmt.Errorf("list blocked keys: %w", err)
+	}
+	return keys, nil
+}
+
+// Skip moves the key of each DEAD ordered event of ids past it without
+// delivering it, so that the key's next event is delivered, and returns how
+// many keys it moved. A skipped event stays DEAD with its last error (List
+// still shows it; replaying it later would deliver it out of its key's
+// order). Ids that are not the DEAD head of a key are left alone. A store
+// without ordered delivery returns an error matching core.ErrInvalid.
+func (m *Manager) Skip(ctx context.Context, ids ...string) (int64, error) {
+	for _, id := range ids {
+		if id == "" {
+			return 0, core.Invalid("event id", "is empty")
+		}
+	}
+	o, ok := m.ordered()
+	if !ok {
+		return 0, core.Invalid("dead store", "%T has no ordered delivery (core.OrderedStore): nothing to skip", m.cfg.Store)
+	}
+	n, err := o.SkipDead(ctx, m.cfg.DB, ids, m.cfg.Now())
+	if err != nil {
+		return n, fmt.Errorf("skip dead events: %w", err)
+	}
+	return n, nil
+}
+
+// ordered finds the store's ordered delivery, through wrappers when the
+// store is a core.Store.
+func (m *Manager) ordered() (core.OrderedStore, bool) {
+	if st, ok := m.cfg.Store.(core.Store); ok {
+		return core.StoreAs[core.OrderedStore](st)
+	}
+	o, ok := m.cfg.Store.(core.OrderedStore)
+	return o, ok
 }

@@ -317,3 +317,49 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockedKeysAndSkip: a DEAD ordered head shows as a blocked key; Skip
+// moves the key on, and the next event becomes claimable.
+func TestBlockedKeysAndSkip(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
+		t.Parallel()
+		ctx := testCtx(t)
+		st := tg.Ordered
+		var envs []core.Envelope
+		for i := range 3 {
+			e, err := core.NewEnvelope(core.EnvelopeSpec{ID: fmt.Sprintf("o-%d", i+1), Type: core.EventName("T"),
+				AggregateType: core.AggregateName("Order"), AggregateID: "A", OccurredAt: base, JSON: []byte(`{}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			envs = append(envs, e)
+		}
+		if err := st.Insert(ctx, tg.DB, envs, core.InsertOptions{LeaseOwner: "w", LeaseAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := st.MarkDead(ctx, tg.DB, "w", "o-1", time.Now(), "poison"); err != nil || !ok {
+			t.Fatalf("mark dead: %v %v", ok, err)
+		}
+		m, err := dead.New(dead.Config{DB: tg.DB, Store: st})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys, err := m.BlockedKeys(ctx, core.DeadFilter{})
+		if err != nil || len(keys) != 1 || keys[0].AggregateID != "A" || keys[0].Waiting != 2 {
+			t.Fatalf("blocked keys: %+v %v", keys, err)
+		}
+		if n, err := m.Skip(ctx, "o-1"); err != nil || n != 1 {
+			t.Fatalf("skip: %d %v", n, err)
+		}
+		if keys, err := m.BlockedKeys(ctx, core.DeadFilter{}); err != nil || len(keys) != 0 {
+			t.Fatalf("blocked keys after skip: %+v %v", keys, err)
+		}
+		evs, _, err := st.Claim(ctx, tg.DB, core.ClaimParams{Owner: "c", Now: time.Now().Add(time.Second), LeaseTimeout: time.Minute, Limit: 10})
+		if err != nil || len(evs) != 1 || evs[0].ID() != "o-2" {
+			t.Fatalf("claim after skip: %d events %v", len(evs), err)
+		}
+		if _, err := m.Skip(ctx, ""); !errors.Is(err, core.ErrInvalid) {
+			t.Fatalf("skip of an empty id: %v, want core.ErrInvalid", err)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"cmp"
+	"log/slog"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -124,9 +125,14 @@ type Config struct {
 	Interceptors []core.Interceptor
 	// Metrics receives counters and gauges. Default: core.NopMetrics{}.
 	Metrics core.Metrics
-	// Logger receives the dispatcher's logs. Default: the zero (silent)
-	// logger; the global logger is never used.
+	// Logger receives the dispatcher's logs. Default: see Slog; zerolog's
+	// global logger is never used.
 	Logger zerolog.Logger
+	// Slog, when not nil, receives the dispatcher's logs instead of Logger.
+	// With neither set, warnings and errors go to slog.Default() (stderr
+	// unless the program changed it); set Logger to zerolog.Nop() or Slog
+	// to slog.New(slog.DiscardHandler) to silence them.
+	Slog *slog.Logger
 	// Now returns the current time. Default: time.Now.
 	Now func() time.Time
 }
@@ -177,9 +183,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.DoneBatchLinger = cmp.Or(c.DoneBatchLinger, DefaultDoneBatchLinger)
 	c.Retry = cmp.Or[core.RetryPolicy](c.Retry, &core.ExponentialBackoff{})
 	c.Metrics = cmp.Or[core.Metrics](c.Metrics, core.NopMetrics{})
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Now = config.Clock(c.Now)
 	c.Interceptors = append([]core.Interceptor(nil), c.Interceptors...)
 	return c, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/lease"
 	"github.com/outboxkit/outbox/internal/lifecycle"
+	"github.com/outboxkit/outbox/internal/logging"
 )
 
 // Dispatcher delivers events to their listeners from two bounded in-memory
@@ -28,14 +29,16 @@ type Dispatcher struct {
 	log   zerolog.Logger
 
 	hot, cold chan core.Event
-	tick      atomic.Uint64     // weighted round-robin position shared by all workers
-	inflight  *inflight         // what the dispatcher holds; see inflight.go
-	batch     *doneBatcher      // nil: DONE outcomes are written one by one
-	doneBatch recordFunc        // how batch writes DONE outcomes; nil when batch is
-	pending   *pendingWrites    // write-backs to try again; see writeback.go
-	renewer   core.LeaseRenewer // nil: no lease renewal; see renew.go
-	yield     func()            // run by the writer hook once it queued events; nil: none
-	releaser  *lease.Releaser   // leases whose release failed; see release.go
+	tick      atomic.Uint64       // weighted round-robin position shared by all workers
+	inflight  *inflight           // what the dispatcher holds; see inflight.go
+	batch     *doneBatcher        // nil: DONE outcomes are written one by one
+	doneBatch recordFunc          // how batch writes DONE outcomes; nil when batch is
+	pending   *pendingWrites      // write-backs to try again; see writeback.go
+	renewer   core.LeaseRenewer   // nil: no lease renewal; see renew.go
+	ordered   core.OrderedStore   // nil: the store orders nothing; see ordered.go
+	latency   core.LatencyMetrics // nil: Metrics records no durations
+	yield     func()              // run by the writer hook once it queued events; nil: none
+	releaser  *lease.Releaser     // leases whose release failed; see release.go
 
 	dueMu sync.Mutex
 	due   []func(time.Time) // NotifyDue's subscribers
@@ -59,7 +62,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	d := &Dispatcher{
 		cfg:      cfg,
 		owner:    cfg.Owner,
-		log:      cfg.Logger.With().Str("component", "outbox.dispatcher").Logger(),
+		log:      logging.Resolve(cfg.Logger, cfg.Slog).With().Str("component", "outbox.dispatcher").Logger(),
 		hot:      make(chan core.Event, cfg.HotQueueSize),
 		cold:     make(chan core.Event, cfg.ColdQueueSize),
 		inflight: newInflight(),
@@ -71,13 +74,17 @@ func New(cfg Config) (*Dispatcher, error) {
 	}
 	d.inflight.lease, d.inflight.now = cfg.LeaseTimeout, cfg.Now
 	d.renewer, _ = core.StoreAs[core.LeaseRenewer](cfg.Store)
+	if o, ok := core.StoreAs[core.OrderedStore](cfg.Store); ok && len(o.Ordering()) > 0 {
+		d.ordered = o
+	}
+	d.latency, _ = cfg.Metrics.(core.LatencyMetrics)
 	d.releaser = d.newReleaser()
 	d.life = lifecycle.NewStaged(lifecycle.Stages{
 		StopIntake:   d.inflight.stopIntake,
 		Drain:        d.workers.Wait,
 		DrainTimeout: cfg.DrainTimeout,
 		DrainTimedOut: func() {
-			d.log.Warn().Dur("drain_timeout", cfg.DrainTimeout).Msg("outbox dispatcher drain timed out; cancelling listeners")
+			d.log.Warn().Int64("drain_timeout_ms", cfg.DrainTimeout.Milliseconds()).Msg("outbox dispatcher drain timed out; cancelling listeners")
 		},
 		AfterHardStop: func() {
 			<-d.retrying // its last try is releaseQueued's

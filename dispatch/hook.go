@@ -61,6 +61,7 @@ func (h writerHook) AfterCommit(ctx context.Context, envs []core.Envelope) error
 			AvailableAt: env.AvailableAt(),
 			LockedBy:    d.owner,
 			LockedAt:    now,
+			Seq:         env.Seq(),
 		}
 		if ev.AvailableAt.After(now) {
 			later = append(later, env.ID())

@@ -87,6 +87,7 @@ const (
 // entry is one held event.
 type entry struct {
 	id, owner string
+	seq       int64 // the event's position in its key; 0: unordered
 	state     entryState
 	leasedAt  time.Time               // when its lease was last set: claim, insert or renewal
 	cancel    context.CancelCauseFunc // cancels the listener while it runs; nil otherwise
@@ -139,7 +140,7 @@ func (f *inflight) offer(q chan<- core.Event, ev core.Event) offerResult {
 	select {
 	case q <- ev:
 		// Under f.mu: the worker that takes ev cannot look it up first.
-		f.ids[id] = &entry{id: id, owner: ev.LockedBy, leasedAt: ev.LockedAt}
+		f.ids[id] = &entry{id: id, owner: ev.LockedBy, leasedAt: ev.LockedAt, seq: ev.Seq}
 		return queued
 	default:
 		return refused

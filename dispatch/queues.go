@@ -70,44 +70,45 @@ func (d *Dispatcher) ColdCapacity() int {
 // turn whose preferred queue is empty takes from the other one, so a worker
 // never waits while either queue has work; when both are empty it blocks in a
 // select on both queues and the shutdown signals, so it never spins.
-func (d *Dispatcher) next() (core.Event, bool) {
+func (d *Dispatcher) next() (ev core.Event, hot bool, ok bool) {
 	hardStop := d.life.HardStop()
 	select {
 	case <-hardStop:
-		return core.Event{}, false
+		return core.Event{}, false, false
 	default:
 	}
 	first, second := d.hot, d.cold
+	firstHot := true
 	if d.tick.Add(1)%3 == 0 {
-		first, second = d.cold, d.hot
+		first, second, firstHot = d.cold, d.hot, false
 	}
 	select {
 	case ev := <-first:
-		return ev, true
+		return ev, firstHot, true
 	default:
 	}
 	select {
 	case ev := <-second:
-		return ev, true
+		return ev, !firstHot, true
 	default:
 	}
 	select {
 	case ev := <-d.hot:
-		return ev, true
+		return ev, true, true
 	case ev := <-d.cold:
-		return ev, true
+		return ev, false, true
 	case <-hardStop:
-		return core.Event{}, false
+		return core.Event{}, false, false
 	case <-d.life.Stopping():
 		// Draining: intake has stopped, so once both queues are empty they
 		// stay empty and the worker can exit.
 		select {
 		case ev := <-d.hot:
-			return ev, true
+			return ev, true, true
 		case ev := <-d.cold:
-			return ev, true
+			return ev, false, true
 		default:
-			return core.Event{}, false
+			return core.Event{}, false, false
 		}
 	}
 }

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"time"
 
 	"github.com/outboxkit/outbox/core"
 )
@@ -9,18 +10,18 @@ import (
 // work is one worker: it takes events until shutdown and processes each.
 func (d *Dispatcher) work(ctx context.Context) {
 	for {
-		ev, ok := d.next()
+		ev, hot, ok := d.next()
 		if !ok {
 			return
 		}
-		d.process(ctx, ev)
+		d.process(ctx, ev, hot)
 	}
 }
 
 // process delivers one event and records its outcome. The listener runs on a
 // context of its own, which the lease renewal cancels (cause errLeaseLost)
 // when it finds the event's lease lost.
-func (d *Dispatcher) process(ctx context.Context, ev core.Event) {
+func (d *Dispatcher) process(ctx context.Context, ev core.Event, hot bool) {
 	now := d.cfg.Now()
 	d.cfg.Metrics.QueueDepths(len(d.hot), len(d.cold))
 	if !ev.CreatedAt.IsZero() {
@@ -33,6 +34,30 @@ func (d *Dispatcher) process(ctx context.Context, ev core.Event) {
 		d.eventLog(d.log.Warn(), ev).Msg("outbox lease lost while the event was queued; not delivered")
 		return
 	}
+	if d.latency == nil {
+		res, err := d.deliver(lctx, ev)
+		d.record(ctx, e, ev, res, err)
+		return
+	}
+	start := time.Now()
+	d.latency.DeliveryLatency(deliveryLatency(ev, hot, now))
 	res, err := d.deliver(lctx, ev)
+	d.latency.ListenerDuration(time.Since(start))
 	d.record(ctx, e, ev, res, err)
+}
+
+// deliveryLatency returns the queue ev came from and how long after its
+// commit its delivery starts at now: a hot event from the after-commit
+// hand-off (its LockedAt, set by the writer hook), a cold one from the later
+// of its created_at and available_at (a retry waits for available_at by
+// design).
+func deliveryLatency(ev core.Event, hot bool, now time.Time) (string, time.Duration) {
+	if hot {
+		return "hot", max(now.Sub(ev.LockedAt), 0)
+	}
+	since := ev.CreatedAt
+	if ev.AvailableAt.After(since) {
+		since = ev.AvailableAt
+	}
+	return "cold", max(now.Sub(since), 0)
 }

@@ -82,12 +82,30 @@ func (d *Dispatcher) apply(ctx context.Context, ops []writeOp) (failed []writeOp
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.StoreTimeout)
 	defer cancel()
+	if d.latency != nil {
+		defer func(start time.Time) { d.latency.WriteBackDuration(time.Since(start)) }(time.Now())
+	}
 	now := d.cfg.Now()
 	byOwner := map[string][]writeOp{}
 	var owners []string
+	ordered := map[string][]writeOp{}
+	var orderedOwners []string
 	for _, op := range ops {
 		if !d.inflight.current(op.e) {
 			continue // lease lost or replaced: nothing of this delivery to write
+		}
+		if op.e.seq != 0 && d.ordered != nil && op.kind != writeRetry {
+			if op.kind == writeDead {
+				if !d.writeDeadOrdered(wctx, op) {
+					failed = append(failed, op)
+				}
+				continue
+			}
+			if _, ok := ordered[op.e.owner]; !ok {
+				orderedOwners = append(orderedOwners, op.e.owner)
+			}
+			ordered[op.e.owner] = append(ordered[op.e.owner], op)
+			continue
 		}
 		if op.kind == writeDone && d.doneBatch != nil {
 			if _, ok := byOwner[op.e.owner]; !ok {
@@ -127,6 +145,9 @@ func (d *Dispatcher) apply(ctx context.Context, ops []writeOp) (failed []writeOp
 		for _, op := range g {
 			d.inflight.done(op.e)
 		}
+	}
+	for _, owner := range orderedOwners {
+		failed = append(failed, d.writeDoneOrdered(wctx, owner, ordered[owner], now)...)
 	}
 	return failed
 }

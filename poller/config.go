@@ -2,6 +2,7 @@ package poller
 
 import (
 	"cmp"
+	"log/slog"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -102,8 +103,13 @@ type Config struct {
 	// Metrics counts store errors (StoreError) and undecodable rows marked
 	// DEAD (DispatchDead). Default: core.NopMetrics{}.
 	Metrics core.Metrics
-	// Logger receives the poller's logs. Default: the zero (silent) logger.
+	// Logger receives the poller's logs. Default: see Slog.
 	Logger zerolog.Logger
+	// Slog, when not nil, receives the poller's logs instead of Logger.
+	// With neither set, warnings and errors go to slog.Default() (stderr
+	// unless the program changed it); set Logger to zerolog.Nop() or Slog
+	// to slog.New(slog.DiscardHandler) to silence them.
+	Slog *slog.Logger
 	// Now returns the current time. Default: time.Now.
 	Now func() time.Time
 }
@@ -153,8 +159,6 @@ func (c Config) withDefaults() (Config, error) {
 	c.BusyInterval = min(cmp.Or(c.BusyInterval, DefaultBusyInterval), c.Interval)
 	c.BusyFor = cmp.Or(c.BusyFor, DefaultBusyFor)
 	c.Metrics = cmp.Or[core.Metrics](c.Metrics, core.NopMetrics{})
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Now = config.Clock(c.Now)
 	return c, nil
 }

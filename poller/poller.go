@@ -13,6 +13,7 @@ import (
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/lease"
 	"github.com/outboxkit/outbox/internal/lifecycle"
+	"github.com/outboxkit/outbox/internal/logging"
 )
 
 const (
@@ -67,7 +68,7 @@ func New(cfg Config) (*Poller, error) {
 	}
 	p := &Poller{
 		cfg:  cfg,
-		log:  cfg.Logger.With().Str("component", "outbox.poller").Logger(),
+		log:  logging.Resolve(cfg.Logger, cfg.Slog).With().Str("component", "outbox.poller").Logger(),
 		wake: make(chan struct{}, 1),
 	}
 	p.releaser = lease.New(lease.Policy{
@@ -181,6 +182,7 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 	now := p.cfg.Now()
 	cctx, cancelClaim := context.WithTimeout(ctx, p.cfg.ClaimTimeout)
 	defer cancelClaim()
+	start := time.Now()
 	events, bad, err := p.cfg.Store.Claim(cctx, p.cfg.DB, core.ClaimParams{
 		Owner:        p.cfg.Owner,
 		Now:          now,
@@ -188,6 +190,9 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 		SkipRecent:   p.cfg.SkipRecent,
 		Limit:        limit,
 	})
+	if lm, ok := p.cfg.Metrics.(core.LatencyMetrics); ok {
+		lm.ClaimDuration(time.Since(start))
+	}
 	if err != nil {
 		p.cfg.Metrics.StoreError()
 		return c, fmt.Errorf("claim events: %w", err)
@@ -260,7 +265,7 @@ func (p *Poller) run(ctx context.Context, stop <-chan struct{}) {
 			}
 			failures++
 			wait = min(p.cfg.Interval, errorBackoff<<min(failures-1, 16))
-			p.log.Error().Err(err).Int("consecutive_failures", failures).Dur("retry_in", wait).Msg("outbox poll failed")
+			p.log.Error().Err(err).Int("consecutive_failures", failures).Int64("retry_in_ms", wait.Milliseconds()).Msg("outbox poll failed")
 		case c.skipped && backlog:
 			failures, wait = 0, backlogPause
 		case c.skipped:

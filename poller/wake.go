@@ -57,7 +57,7 @@ func (p *Poller) watch(ctx context.Context, src core.WakeSource) {
 		}
 		failures++
 		wait := min(watchMaxBackoff, watchBackoff<<min(failures-1, 16))
-		p.log.Warn().Err(err).Int("consecutive_failures", failures).Dur("retry_in", wait).
+		p.log.Warn().Err(err).Int("consecutive_failures", failures).Int64("retry_in_ms", wait.Milliseconds()).
 			Msg("outbox poller lost its watch connection; polling meanwhile")
 		t := time.NewTimer(wait)
 		select {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/lifecycle"
+	"github.com/outboxkit/outbox/internal/logging"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -74,9 +76,14 @@ type Config struct {
 	Locker core.Locker
 
 	// Logger receives a line at info level for each run that deleted rows,
-	// and the errors of background runs. Default: the zero (silent) logger;
-	// the global logger is never used.
+	// and the errors of background runs. Default: see Slog; zerolog's global
+	// logger is never used.
 	Logger zerolog.Logger
+	// Slog, when not nil, receives the purger's logs instead of Logger.
+	// With neither set, warnings and errors go to slog.Default() (stderr
+	// unless the program changed it); set Logger to zerolog.Nop() or Slog
+	// to slog.New(slog.DiscardHandler) to silence them.
+	Slog *slog.Logger
 	// Now returns the current time, from which the cutoffs are computed.
 	// Default: time.Now.
 	Now func() time.Time
@@ -112,9 +119,7 @@ func (c Config) withDefaults() (Config, error) {
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
 	c.Interval = cmp.Or(c.Interval, DefaultInterval)
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, DefaultQueryTimeout)
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Now = config.Clock(c.Now)
 	return c, nil
 }
 
@@ -140,7 +145,7 @@ func New(cfg Config) (*Purger, error) {
 	}
 	return &Purger{
 		cfg: cfg,
-		log: cfg.Logger.With().Str("component", "outbox.purge").Logger(),
+		log: logging.Resolve(cfg.Logger, cfg.Slog).With().Str("component", "outbox.purge").Logger(),
 	}, nil
 }
 
@@ -240,7 +245,27 @@ func (p *Purger) run(ctx context.Context, stop <-chan struct{}) (int64, error) {
 	return n, err
 }
 
-// purge deletes batch after batch until a short batch, a failure, or stop.
+// KeyPurger is implemented by stores with ordered delivery (core.Ordering):
+// their key table keeps a row per key, which the purge deletes once the
+// key's events are all finished and purged and the key has been idle for
+// the retention. The stores of this module implement it.
+type KeyPurger interface {
+	PurgeKeys(ctx context.Context, db core.DBTX, before time.Time, limit int) (int64, error)
+}
+
+// keyPurger returns the store's KeyPurger, looking through wrappers.
+func (p *Purger) keyPurger() (KeyPurger, bool) {
+	if kp, ok := p.cfg.Store.(KeyPurger); ok {
+		return kp, true
+	}
+	if st, ok := p.cfg.Store.(core.Store); ok {
+		return core.StoreAs[KeyPurger](st)
+	}
+	return nil, false
+}
+
+// purge deletes batch after batch until a short batch, a failure, or stop,
+// then, the same way, the rows of idle keys.
 func (p *Purger) purge(ctx context.Context, stop <-chan struct{}) (int64, error) {
 	started := time.Now()
 	now := p.cfg.Now()
@@ -268,7 +293,39 @@ func (p *Purger) purge(ctx context.Context, stop <-chan struct{}) (int64, error)
 		}
 	}
 	p.logDeleted(total, batches, started, params)
+	if kp, ok := p.keyPurger(); ok {
+		if err := p.purgeKeys(ctx, stop, kp, params.DoneBefore); err != nil {
+			return total, err
+		}
+	}
 	return total, nil
+}
+
+// purgeKeys deletes the rows of keys idle since before, batch after batch.
+// Key rows are not counted in the rows a run returns: they are not events.
+func (p *Purger) purgeKeys(ctx context.Context, stop <-chan struct{}, kp KeyPurger, before time.Time) error {
+	var total int64
+	for {
+		bctx, cancel := context.WithTimeout(ctx, p.cfg.QueryTimeout)
+		n, err := kp.PurgeKeys(bctx, p.cfg.DB, before, p.cfg.BatchSize)
+		cancel()
+		total += n
+		if err != nil {
+			return fmt.Errorf("purge idle keys (%d deleted before): %w", total-n, err)
+		}
+		if n < int64(p.cfg.BatchSize) {
+			break
+		}
+		select {
+		case <-stop:
+			return nil
+		default:
+		}
+	}
+	if total > 0 {
+		p.log.Info().Int64("deleted", total).Time("idle_before", before).Msg("outbox purge deleted the rows of idle ordered keys")
+	}
+	return nil
 }
 
 func (p *Purger) batch(ctx context.Context, params core.PurgeParams) (int64, error) {
@@ -286,7 +343,7 @@ func (p *Purger) logDeleted(total int64, batches int, started time.Time, params 
 		return
 	}
 	ev := p.log.Info().Int64("deleted", total).Int("batches", batches).
-		Dur("took", time.Since(started)).Time("done_before", params.DoneBefore)
+		Int64("took_ms", time.Since(started).Milliseconds()).Time("done_before", params.DoneBefore)
 	if !params.DeadBefore.IsZero() {
 		ev = ev.Time("dead_before", params.DeadBefore)
 	}

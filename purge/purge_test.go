@@ -472,3 +472,61 @@ func (s *syncBuffer) Reset() {
 	defer s.mu.Unlock()
 	s.b.Reset()
 }
+
+// TestRunOnceDeletesIdleKeys: after the events, the run deletes the key rows
+// of ordered keys whose events are all finished and purged, and keeps those
+// of keys with an event left.
+func TestRunOnceDeletesIdleKeys(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
+		t.Parallel()
+		st, ok := core.StoreAs[core.OrderedStore](tg.Ordered)
+		if !ok {
+			t.Fatalf("%T is not ordered", tg.Ordered)
+		}
+		envs := make([]core.Envelope, 0, 3)
+		for _, id := range []string{"A", "B", "B"} {
+			env, err := core.NewEnvelope(core.EnvelopeSpec{Type: core.EventName("Placed"), AggregateType: core.AggregateName("Order"), AggregateID: id, JSON: []byte(`{}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			envs = append(envs, env)
+		}
+		if _, err := st.InsertOrdered(testCtx(t), tg.DB, envs, core.InsertOptions{LeaseOwner: "o", LeaseAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		// A's only event and B's first are delivered; B's second is left.
+		if n, _, err := st.MarkDoneOrdered(testCtx(t), tg.DB, "o", []string{envs[0].ID(), envs[1].ID()}, time.Now()); err != nil || n != 2 {
+			t.Fatalf("mark done: %d, %v", n, err)
+		}
+		var log syncBuffer
+		// Eight days on, past the default retention of seven.
+		p := newPurger(t, Config{Store: tg.Ordered, DB: tg.DB, Logger: zerolog.New(&log),
+			Now: func() time.Time { return time.Now().Add(8 * day) }})
+		if n, err := p.RunOnce(testCtx(t)); err != nil || n != 2 {
+			t.Fatalf("RunOnce = %d, %v; want 2, nil", n, err)
+		}
+		kt := tg.Ordered.(interface{ KeyTable() string }).KeyTable()
+		rows, err := tg.DB.QueryContext(testCtx(t), "SELECT aggregate_id FROM "+kt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var keys []string
+		for rows.Next() {
+			var k string
+			if err := rows.Scan(&k); err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, k)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) != 1 || keys[0] != "B" {
+			t.Errorf("key rows left %v, want [B]", keys)
+		}
+		if !strings.Contains(log.String(), "idle ordered keys") {
+			t.Errorf("want an info line for the key rows, got %q", log.String())
+		}
+	})
+}

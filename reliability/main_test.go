@@ -56,6 +56,10 @@ type size struct {
 	leaseEvents    int
 
 	takeovers int // kills of the active relay in the single-active test
+
+	orderedEvents int     // events of the ordered crash test, all writers together
+	orderedKeys   int     // keys they are written to
+	orderedRate   float64 // events per second, all writers together
 }
 
 var sizes = map[string]size{
@@ -68,6 +72,7 @@ var sizes = map[string]size{
 		overflowEvents: 10000,
 		leaseEvents:    8,
 		takeovers:      3,
+		orderedEvents:  1800, orderedKeys: 100, orderedRate: 300,
 	},
 	"long": {
 		name:        "long",
@@ -79,6 +84,7 @@ var sizes = map[string]size{
 		overflowEvents: 10000,
 		leaseEvents:    50,
 		takeovers:      10,
+		orderedEvents:  50000, orderedKeys: 1000, orderedRate: 600,
 	},
 }
 

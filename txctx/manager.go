@@ -5,12 +5,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/logging"
+	"github.com/outboxkit/outbox/internal/txhooks"
 )
 
 // Config configures a Manager. The zero value is valid.
@@ -22,8 +25,13 @@ type Config struct {
 
 	// Logger receives panics recovered from callbacks, callbacks registered
 	// on a transaction that has ended, and rollback failures Do cannot return
-	// because fn panicked. Default: the zero (silent) logger.
+	// because fn panicked. Default: see Slog.
 	Logger zerolog.Logger
+	// Slog, when not nil, receives the Manager's logs instead of Logger.
+	// With neither set, warnings and errors go to slog.Default() (stderr
+	// unless the program changed it); set Logger to zerolog.Nop() or Slog
+	// to slog.New(slog.DiscardHandler) to silence them.
+	Slog *slog.Logger
 }
 
 // Manager begins transactions on one handle and carries them in contexts. It
@@ -49,7 +57,7 @@ func New(db core.TxBeginner, cfg Config) (*Manager, error) {
 	if isNil(db) {
 		return nil, core.Invalid("txctx handle", "is nil")
 	}
-	m := &Manager{db: db, handle: handleOf(db), log: cfg.Logger}
+	m := &Manager{db: db, handle: handleOf(db), log: logging.Resolve(cfg.Logger, cfg.Slog)}
 	if cfg.TxOptions != nil {
 		opts := *cfg.TxOptions
 		m.txOpts = &opts
@@ -134,7 +142,7 @@ func (m *Manager) begin(ctx context.Context) (*Tx, error) {
 	txCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	detach := context.AfterFunc(ctx, cancel)
 
-	t := &Tx{handle: m.handle, log: m.log, cancel: cancel}
+	t := &Tx{handle: m.handle, cancel: cancel, hooks: txhooks.Hooks{Log: m.log, Prefix: "txctx"}}
 	var err error
 	if m.sqlxDB != nil {
 		t.sqlxTx, err = m.sqlxDB.BeginTxx(txCtx, m.txOpts)

@@ -4,14 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"runtime/debug"
-	"sync"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/txhooks"
 )
 
 var _ core.Tx = (*Tx)(nil)
@@ -26,22 +23,9 @@ type Tx struct {
 	sqlTx  *sql.Tx
 	sqlxTx *sqlx.Tx
 	handle any
-	log    zerolog.Logger
 	cancel context.CancelFunc // releases the context given to BeginTx
-
-	mu            sync.Mutex
-	state         txState
-	afterCommit   []func(context.Context)
-	afterRollback []func(context.Context)
+	hooks  txhooks.Hooks
 }
-
-type txState uint8
-
-const (
-	stateActive txState = iota
-	stateCommitted
-	stateRolledBack
-)
 
 // From returns the transaction ctx carries if Manager.Do began it, and false
 // otherwise (no transaction, or a core.Tx of another kind). The returned Tx
@@ -86,39 +70,15 @@ func (t *Tx) Sqlx() *sqlx.Tx { return t.sqlxTx }
 // package documentation for order, context and panics). If the transaction
 // has already ended, fn never runs and the registration is logged. A nil fn
 // is ignored.
-func (t *Tx) AfterCommit(fn func(ctx context.Context)) {
-	t.register("AfterCommit", &t.afterCommit, fn)
-}
+func (t *Tx) AfterCommit(fn func(ctx context.Context)) { t.hooks.AfterCommit(fn) }
 
 // AfterRollback registers fn to run once after a rollback or a failed COMMIT
 // (see the package documentation for order, context and panics). If the
 // transaction has already ended, fn never runs and the registration is
 // logged. A nil fn is ignored.
-func (t *Tx) AfterRollback(fn func(ctx context.Context)) {
-	t.register("AfterRollback", &t.afterRollback, fn)
-}
+func (t *Tx) AfterRollback(fn func(ctx context.Context)) { t.hooks.AfterRollback(fn) }
 
-func (t *Tx) register(method string, list *[]func(context.Context), fn func(context.Context)) {
-	if fn == nil {
-		return
-	}
-	t.mu.Lock()
-	state := t.state
-	if state == stateActive {
-		*list = append(*list, fn)
-	}
-	t.mu.Unlock()
-	if state != stateActive {
-		t.log.Warn().Str("method", method).Str("state", state.String()).
-			Msg("txctx: callback registered on an ended transaction is dropped")
-	}
-}
-
-func (t *Tx) ended() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.state != stateActive
-}
+func (t *Tx) ended() bool { return t.hooks.Ended() }
 
 // rollback rolls the transaction back. sql.ErrTxDone is not an error here:
 // the transaction is over either way.
@@ -138,41 +98,4 @@ func (t *Tx) commit() error {
 }
 
 // finish marks the transaction ended and runs the callbacks of its outcome.
-func (t *Tx) finish(ctx context.Context, committed bool) {
-	t.mu.Lock()
-	run, stage := t.afterRollback, "after rollback"
-	t.state = stateRolledBack
-	if committed {
-		run, stage = t.afterCommit, "after commit"
-		t.state = stateCommitted
-	}
-	t.afterCommit, t.afterRollback = nil, nil
-	t.mu.Unlock()
-
-	for i, fn := range run {
-		t.call(ctx, stage, i, fn)
-	}
-}
-
-// call runs one callback; a panic is logged so that the others still run.
-func (t *Tx) call(ctx context.Context, stage string, i int, fn func(context.Context)) {
-	defer func() {
-		if r := recover(); r != nil {
-			t.log.Error().Str("stage", stage).Int("callback", i).
-				Err(fmt.Errorf("panic: %v", r)).Str("stack", string(debug.Stack())).
-				Msg("txctx: transaction callback panicked")
-		}
-	}()
-	fn(ctx)
-}
-
-func (s txState) String() string {
-	switch s {
-	case stateActive:
-		return "active"
-	case stateCommitted:
-		return "committed"
-	default:
-		return "rolled back"
-	}
-}
+func (t *Tx) finish(ctx context.Context, committed bool) { t.hooks.Finish(ctx, committed) }

@@ -64,7 +64,10 @@ func main() {
 		fmt.Fprintln(os.Stderr, "testsummary:", err)
 		os.Exit(2)
 	}
-	dbs := []*database{{name: "sqlite"}, {name: "postgres", env: "OUTBOX_POSTGRES_DSN"}, {name: "mysql", env: "OUTBOX_MYSQL_DSN"}}
+	dbs := []*database{{name: "sqlite"}, {name: "postgres", env: "OUTBOX_POSTGRES_DSN"}, {name: "mysql", env: "OUTBOX_MYSQL_DSN"},
+		// The brokers: their tests are those of the broker module of that
+		// name (package .../broker/jetstream, .../broker/rabbitmq).
+		{name: "jetstream", env: "OUTBOX_NATS_URL"}, {name: "rabbitmq", env: "OUTBOX_AMQP_URL"}}
 	pkgs := filter(out, os.Stdout, verbose, dbs)
 	status := 0
 	if err := cmd.Wait(); err != nil {
@@ -224,7 +227,7 @@ func record(dbs []*database, e event, output []string) {
 }
 
 func names(e event, dialect string) bool {
-	if strings.HasSuffix(e.Package, "/store/"+dialect) {
+	if strings.HasSuffix(e.Package, "/store/"+dialect) || strings.HasSuffix(e.Package, "/broker/"+dialect) {
 		return true
 	}
 	for seg := range strings.SplitSeq(e.Test, "/") {

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -27,15 +28,26 @@ Commands:
   dead count [--type T] [--aggregate A] [--json]
   dead replay [--dry-run] [--yes] ID...       DEAD -> NEW for the given events
   dead replay-all [--type T] [--aggregate A] [--limit N] [--batch N] [--dry-run] [--yes]
+  dead blocked [--type T] [--aggregate A] [--limit N] [--json]
+                                              ordered keys held up by a DEAD head
+  dead skip [--dry-run] [--yes] ID...         move the keys of DEAD ordered heads past them
   purge --older-than D [--dead-older-than D | --keep-dead] [--batch N] [--dry-run] [--yes]
   schema [postgres|mysql|sqlite]              print the DDL; connects to nothing
+  migrate status [--json]                     applied and pending schema versions
+  migrate up [--to N] [--dry-run]             apply the pending migrations
+  migrate down --to N [--dry-run] [--yes]     revert the migrations above N (0 drops the table)
+  migrate files --format goose|golang-migrate --out DIR [postgres|mysql|sqlite]
+                                              write the migrations for --table; connects to nothing
+  serve [--addr HOST:PORT] [--allow-writes] [--show-payloads]
+                                              web console (no authentication of its own)
   help [COMMAND]                              this text, or a command's flags
 
 Global flags (also accepted after the command):
   --dsn DSN       postgres://..., mysql://user:pass@tcp(host:port)/db, sqlite://path
                   or file:path (default $OUTBOX_DSN)
   --table NAME    outbox table (default $OUTBOX_TABLE, else outbox_event)
-  --timeout D     give up after D, e.g. 10m (default: no limit; Ctrl-C stops)
+  --timeout D     give up after D, e.g. 10m (default: no limit; Ctrl-C stops);
+                  every duration D takes days too: 7d, 1d12h, 36h, 90m
 
 Commands that change data print their plan first; without --yes they change
 nothing and exit 3, with --dry-run they exit 0. Replayed events are delivered
@@ -80,17 +92,41 @@ type stringFlag struct{ p *string }
 func (f stringFlag) String() string     { return "" }
 func (f stringFlag) Set(s string) error { *f.p = s; return nil }
 
-// durationFlag is a duration flag registered on several flag sets at once.
+// durationFlag is a duration flag that also takes days ("7d", "1d12h"),
+// the unit retention is thought in; it can be registered on several flag
+// sets at once.
 type durationFlag struct{ p *time.Duration }
 
 func (f durationFlag) String() string { return "" }
 func (f durationFlag) Set(s string) error {
-	d, err := time.ParseDuration(s)
+	d, err := parseDuration(s)
 	if err != nil {
-		return errors.New("not a duration, e.g. 90s or 10m")
+		return err
 	}
 	*f.p = d
 	return nil
+}
+
+// parseDuration is time.ParseDuration with a leading whole number of days:
+// "7d", "1d12h", "90m".
+func parseDuration(s string) (time.Duration, error) {
+	bad := errors.New("not a duration: want e.g. 7d, 36h, 90m or 1d12h")
+	var days int64
+	if i := strings.IndexByte(s, 'd'); i >= 0 {
+		n, err := strconv.ParseInt(s[:i], 10, 32)
+		if err != nil || n < 0 {
+			return 0, bad
+		}
+		days, s = n, s[i+1:]
+		if s == "" {
+			s = "0s"
+		}
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || (days > 0 && d < 0) {
+		return 0, bad
+	}
+	return time.Duration(days)*24*time.Hour + d, nil
 }
 
 // app is one invocation.
@@ -123,6 +159,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return exitUsage
 	default:
 		fmt.Fprintf(stderr, "outboxctl: %v\n", err)
+		if h := hint(err, a.g.table); h != "" {
+			fmt.Fprintf(stderr, "hint: %s\n", h)
+		}
 		return exitError
 	}
 }
@@ -146,7 +185,7 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		return a.stats(ctx, args)
 	case "dead":
 		if len(args) == 0 {
-			return usagef("dead: give a subcommand: list, count, replay or replay-all")
+			return usagef("dead: give a subcommand: list, count, replay, replay-all, blocked or skip")
 		}
 		switch args[0] {
 		case "list":
@@ -157,12 +196,20 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 			return a.deadReplay(ctx, args[1:])
 		case "replay-all":
 			return a.deadReplayAll(ctx, args[1:])
+		case "blocked":
+			return a.deadBlocked(ctx, args[1:])
+		case "skip":
+			return a.deadSkip(ctx, args[1:])
 		}
-		return usagef("dead: unknown subcommand %q (want list, count, replay or replay-all)", args[0])
+		return usagef("dead: unknown subcommand %q (want list, count, replay, replay-all, blocked or skip)", args[0])
 	case "purge":
 		return a.purge(ctx, args)
 	case "schema":
 		return a.schema(args)
+	case "migrate":
+		return a.migrate(ctx, args)
+	case "serve":
+		return a.serve(ctx, args)
 	}
 	return usagef("unknown command %q", cmd)
 }
@@ -174,8 +221,15 @@ var commandHelp = map[string]string{
 	"dead count":      "outboxctl dead count [--type T] [--aggregate A] [--json]",
 	"dead replay":     "outboxctl dead replay [--dry-run] [--yes] ID...",
 	"dead replay-all": "outboxctl dead replay-all [--type T] [--aggregate A] [--limit N] [--batch N] [--dry-run] [--yes]",
+	"dead blocked":    "outboxctl dead blocked [--type T] [--aggregate A] [--limit N] [--json]",
+	"dead skip":       "outboxctl dead skip [--dry-run] [--yes] ID...",
 	"purge":           "outboxctl purge --older-than D [--dead-older-than D | --keep-dead] [--batch N] [--dry-run] [--yes]",
 	"schema":          "outboxctl schema [postgres|mysql|sqlite]",
+	"migrate status":  "outboxctl migrate status [--version-table NAME] [--json]",
+	"migrate up":      "outboxctl migrate up [--to N] [--version-table NAME] [--dry-run]",
+	"migrate down":    "outboxctl migrate down --to N [--version-table NAME] [--dry-run] [--yes]",
+	"migrate files":   "outboxctl migrate files --format goose|golang-migrate --out DIR [postgres|mysql|sqlite]",
+	"serve":           serveHelp,
 }
 
 func (a *app) help(args []string) error {

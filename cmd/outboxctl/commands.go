@@ -53,6 +53,8 @@ func (a *app) stats(ctx context.Context, args []string) error {
 	fmt.Fprintf(w, "leased              %d\n", st.Leased)
 	fmt.Fprintf(w, "dead                %d\n", st.Dead)
 	fmt.Fprintf(w, "done                %d\n", st.Done)
+	fmt.Fprintf(w, "waiting             %d\n", st.Waiting)
+	fmt.Fprintf(w, "blocked_keys        %d\n", st.BlockedKeys)
 	fmt.Fprintf(w, "oldest_pending      %s\n", oldest)
 	fmt.Fprintf(w, "oldest_pending_age  %s\n", age)
 	return nil
@@ -69,31 +71,65 @@ func (a *app) manager(s *session, batch int) (*dead.Manager, error) {
 	return dead.New(dead.Config{DB: s.db, Store: s.store, BatchSize: batch, Now: a.now})
 }
 
+// connectManager connects (see connect) and returns a dead-event manager on
+// the session, which the caller closes.
+func (a *app) connectManager(ctx context.Context, batch int) (context.Context, *session, *dead.Manager, error) {
+	ctx, s, err := a.connect(ctx)
+	if err != nil {
+		return ctx, nil, nil, err
+	}
+	m, err := a.manager(s, batch)
+	if err != nil {
+		s.Close()
+		return ctx, nil, nil, err
+	}
+	return ctx, s, m, nil
+}
+
+// listFilter is the filter of the dead commands that list: --type,
+// --aggregate and --limit.
+type listFilter struct {
+	eventType, aggregate *string
+	limit                *int
+}
+
+// newListFilter registers the filter's flags on fs; what names the listed
+// things in --limit's help.
+func newListFilter(fs *flags, what string) listFilter {
+	eventType, aggregate := filterFlags(fs)
+	return listFilter{eventType, aggregate, fs.Int("limit", 100, "list at most `N` "+what)}
+}
+
+// filter returns the parsed filter, or a usage error when cmd was given
+// arguments or a limit that is not positive.
+func (l listFilter) filter(cmd string, fs *flags) (core.DeadFilter, error) {
+	if fs.NArg() > 0 {
+		return core.DeadFilter{}, usagef("%s: unexpected argument %q", cmd, fs.Arg(0))
+	}
+	if *l.limit <= 0 {
+		return core.DeadFilter{}, usagef("%s: --limit must be positive", cmd)
+	}
+	return core.DeadFilter{EventType: *l.eventType, AggregateType: *l.aggregate, Limit: *l.limit}, nil
+}
+
 func (a *app) deadList(ctx context.Context, args []string) error {
 	fs := a.command("dead list")
-	eventType, aggregate := filterFlags(fs)
-	limit := fs.Int("limit", 100, "show at most `N` events")
+	lf := newListFilter(fs, "events")
 	asJSON := fs.Bool("json", false, "print JSON (an array of events)")
 	payload := fs.Bool("payload", false, "include payloads: as text when JSON, base64 otherwise")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usagef("dead list: unexpected argument %q", fs.Arg(0))
+	f, err := lf.filter("dead list", fs)
+	if err != nil {
+		return err
 	}
-	if *limit <= 0 {
-		return usagef("dead list: --limit must be positive")
-	}
-	ctx, s, err := a.connect(ctx)
+	ctx, s, m, err := a.connectManager(ctx, 0)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	m, err := a.manager(s, 0)
-	if err != nil {
-		return err
-	}
-	events, err := m.List(ctx, core.DeadFilter{EventType: *eventType, AggregateType: *aggregate, Limit: *limit})
+	events, err := m.List(ctx, f)
 	if err != nil && len(events) == 0 {
 		return err
 	}
@@ -122,15 +158,11 @@ func (a *app) deadCount(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return usagef("dead count: unexpected argument %q", fs.Arg(0))
 	}
-	ctx, s, err := a.connect(ctx)
+	ctx, s, m, err := a.connectManager(ctx, 0)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	m, err := a.manager(s, 0)
-	if err != nil {
-		return err
-	}
 	n, err := m.Count(ctx, core.DeadFilter{EventType: *eventType, AggregateType: *aggregate})
 	if err != nil {
 		return err
@@ -242,15 +274,11 @@ func (a *app) deadReplayAll(ctx context.Context, args []string) error {
 	if *limit < 0 || *batch <= 0 {
 		return usagef("dead replay-all: --limit must not be negative and --batch must be positive")
 	}
-	ctx, s, err := a.connect(ctx)
+	ctx, s, m, err := a.connectManager(ctx, *batch)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	m, err := a.manager(s, *batch)
-	if err != nil {
-		return err
-	}
 	f := core.DeadFilter{EventType: *eventType, AggregateType: *aggregate}
 	n, err := m.Count(ctx, f)
 	if err != nil {
@@ -277,8 +305,9 @@ func (a *app) deadReplayAll(ctx context.Context, args []string) error {
 
 func (a *app) purge(ctx context.Context, args []string) error {
 	fs := a.command("purge")
-	olderThan := fs.Duration("older-than", 0, "delete DONE rows that finished more than `D` ago, e.g. 168h (required)")
-	deadOlderThan := fs.Duration("dead-older-than", 0, "delete DEAD rows that died more than `D` ago (default: --older-than)")
+	var olderThan, deadOlderThan time.Duration
+	fs.Var(durationFlag{&olderThan}, "older-than", "delete DONE rows that finished more than `D` ago, e.g. 7d or 36h (required)")
+	fs.Var(durationFlag{&deadOlderThan}, "dead-older-than", "delete DEAD rows that died more than `D` ago (default: --older-than)")
 	keepDead := fs.Bool("keep-dead", false, "delete no DEAD rows")
 	batch := fs.Int("batch", 500, "rows per DELETE statement")
 	yes, dryRun := confirmFlags(fs)
@@ -288,11 +317,11 @@ func (a *app) purge(ctx context.Context, args []string) error {
 	switch {
 	case fs.NArg() > 0:
 		return usagef("purge: unexpected argument %q", fs.Arg(0))
-	case *olderThan <= 0:
-		return usagef("purge: --older-than is required and must be positive, e.g. --older-than 168h")
-	case *deadOlderThan < 0:
+	case olderThan <= 0:
+		return usagef("purge: --older-than is required and must be positive, e.g. --older-than 7d")
+	case deadOlderThan < 0:
 		return usagef("purge: --dead-older-than must be positive")
-	case *keepDead && *deadOlderThan != 0:
+	case *keepDead && deadOlderThan != 0:
 		return usagef("purge: --keep-dead and --dead-older-than exclude each other")
 	case *batch <= 0:
 		return usagef("purge: --batch must be positive")
@@ -303,11 +332,11 @@ func (a *app) purge(ctx context.Context, args []string) error {
 	}
 	defer s.Close()
 	now := a.now().UTC()
-	p := core.PurgeParams{DoneBefore: now.Add(-*olderThan), Limit: *batch}
+	p := core.PurgeParams{DoneBefore: now.Add(-olderThan), Limit: *batch}
 	if !*keepDead {
-		p.DeadBefore = now.Add(-*olderThan)
-		if *deadOlderThan > 0 {
-			p.DeadBefore = now.Add(-*deadOlderThan)
+		p.DeadBefore = now.Add(-olderThan)
+		if deadOlderThan > 0 {
+			p.DeadBefore = now.Add(-deadOlderThan)
 		}
 	}
 	doneN, deadN, err := s.store.CountPurgeable(ctx, s.db, p)
@@ -353,24 +382,9 @@ func (a *app) schema(args []string) error {
 	if err := fs.parse(args); err != nil {
 		return err
 	}
-	var dialect string
-	switch fs.NArg() {
-	case 0:
-		if a.g.dsn == "" {
-			return usagef("schema: name the database (postgres, mysql or sqlite) or give --dsn")
-		}
-		d, _, err := parseDSN(a.g.dsn)
-		if err != nil {
-			return err
-		}
-		dialect = d
-	case 1:
-		dialect = fs.Arg(0)
-		if dialect == "postgresql" {
-			dialect = dialectPostgres
-		}
-	default:
-		return usagef("schema: one database at most")
+	dialect, err := a.dialectArg("schema", fs)
+	if err != nil {
+		return err
 	}
 	st, err := newStore(dialect, a.g.table)
 	if err != nil {

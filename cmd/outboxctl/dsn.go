@@ -3,13 +3,18 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"time"
 
+	mysqldriver "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/store"
+	"github.com/outboxkit/outbox/store/migrations"
 	"github.com/outboxkit/outbox/store/mysql"
 	"github.com/outboxkit/outbox/store/postgres"
 	"github.com/outboxkit/outbox/store/sqlite"
@@ -36,6 +41,10 @@ func parseDSN(dsn string) (dialect, conn string, err error) {
 		if conn == "" {
 			return "", "", usagef("mysql DSN is empty after mysql://")
 		}
+		if fixed, ok := mysqlAddress(conn); !ok {
+			return "", "", usagef("mysql DSN %q: go-sql-driver/mysql wants the address as tcp(host:port) or unix(/path), e.g. mysql://%s",
+				redact(dsn), redact(fixed))
+		}
 		return dialectMySQL, conn, nil
 	case strings.HasPrefix(lower, "sqlite://"):
 		conn = dsn[len("sqlite://"):]
@@ -52,6 +61,38 @@ func parseDSN(dsn string) (dialect, conn string, err error) {
 		return "", "", usagef("sqlite DSN %q has no path", dsn)
 	}
 	return dialectSQLite, conn, nil
+}
+
+// mysqlAddress reports whether the address of a go-sql-driver/mysql DSN
+// ([user[:pass]@][net(addr)]/db) names its protocol, and if not, the DSN
+// with the address wrapped in tcp(...). An empty address (the driver's
+// default, 127.0.0.1:3306) is fine.
+func mysqlAddress(conn string) (fixed string, ok bool) {
+	at := strings.LastIndex(conn, "@")
+	rest := conn[at+1:]
+	slash := strings.IndexByte(rest, '/')
+	if paren := strings.IndexByte(rest, '('); paren >= 0 && (slash < 0 || paren < slash) {
+		return conn, true // net(addr): the path of unix(/path) may hold slashes
+	}
+	if slash <= 0 {
+		return conn, true // the default address, or no database part (the driver says what is wrong)
+	}
+	return conn[:at+1] + "tcp(" + rest[:slash] + ")" + rest[slash:], false
+}
+
+// hint returns advice for an error a user can fix on the command line, or
+// "".
+func hint(err error, table string) string {
+	var pgErr *pgconn.PgError
+	var myErr *mysqldriver.MySQLError
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42P01",
+		errors.As(err, &myErr) && myErr.Number == 1146,
+		strings.Contains(err.Error(), "no such table"):
+		return fmt.Sprintf("the table %q does not exist in this database: check --table (or $OUTBOX_TABLE) "+
+			"and the database the DSN names; 'outboxctl schema' prints the DDL that creates it", table)
+	}
+	return ""
 }
 
 // redact hides a password in a DSN for error messages.
@@ -74,6 +115,7 @@ func redact(dsn string) string {
 type opsStore interface {
 	store.SchemaManager
 	core.Inspector
+	migrations.Source
 }
 
 // newStore returns the store of dialect for table; it connects to nothing.

@@ -1,6 +1,6 @@
 // Command outboxctl is the operations tool for an outbox table: it shows the
 // backlog, lists, counts and replays DEAD events, purges old terminal rows,
-// and prints the schema DDL for migration tools.
+// prints the schema DDL for migration tools, and migrates the schema.
 //
 // Usage:
 //
@@ -24,11 +24,36 @@
 //	purge --older-than D [--dead-older-than D | --keep-dead] [--batch N] [--dry-run] [--yes]
 //	    Deletes DONE rows finished more than D ago and DEAD rows that died
 //	    more than --dead-older-than (default: D) ago, in batches (default 500).
+//	    Durations take days too: 7d, 1d12h, 36h, 90m.
 //	schema [postgres|mysql|sqlite]
 //	    Prints the DDL of the table (--table) for that database, or for the
 //	    database of --dsn; connects to nothing.
+//	migrate status [--version-table NAME] [--json]
+//	    The schema versions applied to the table and those pending.
+//	migrate up [--to N] [--version-table NAME] [--dry-run]
+//	    Applies the pending migrations (up to version N), oldest first. A
+//	    table CreateSchema (or outboxctl schema) made is taken over: 0001
+//	    changes nothing on it and is recorded.
+//	migrate down --to N [--version-table NAME] [--dry-run] [--yes]
+//	    Reverts the migrations above version N, newest first. Down to 0
+//	    drops the table and every event in it.
+//	migrate files --format goose|golang-migrate --out DIR [postgres|mysql|sqlite]
+//	    Writes the migrations of the table (--table) in the tool's layout,
+//	    for goose's or golang-migrate's command line; connects to nothing.
+//	serve [--addr HOST:PORT] [--allow-writes] [--show-payloads]
+//	    Serves the web console (package console) on --addr, default
+//	    127.0.0.1:8080, until interrupted: backlog, dead events, purge dry
+//	    run, and replays with --allow-writes. It has no authentication of its
+//	    own: keep it on localhost or mount the console behind your service's.
 //
-// Commands that change data (dead replay, dead replay-all, purge) first
+// migrate keeps the applied versions in a table of its own, by default the
+// outbox table's name followed by _migration (one row per version: version,
+// name, applied_at), and holds a named lock of the table while it runs on
+// PostgreSQL and MySQL. It is not goose's or golang-migrate's version
+// table: use one tool per table.
+//
+// Commands that change data (dead replay, dead replay-all, purge, migrate
+// down) first
 // print what they would change. Without --yes they stop there, change
 // nothing and exit with 3; with --dry-run they stop there and exit with 0.
 // Replaying delivers events again: consumers must deduplicate on event_id.

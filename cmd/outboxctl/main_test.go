@@ -260,9 +260,46 @@ func TestParseDSN(t *testing.T) {
 			t.Errorf("parseDSN(%q): no error", bad)
 		}
 	}
+	// A MySQL address without its protocol is the usual slip: the error
+	// shows the DSN as the driver wants it, without the password.
+	_, _, err := parseDSN("mysql://root:s3cret@127.0.0.1:3306/test")
+	if err == nil || !strings.Contains(err.Error(), "mysql://root:xxx@tcp(127.0.0.1:3306)/test") || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("mysql DSN without tcp(...): %v", err)
+	}
+	for _, ok := range []string{"mysql://root@/test", "mysql://u@unix(/run/mysqld.sock)/db"} {
+		if _, _, err := parseDSN(ok); err != nil {
+			t.Errorf("parseDSN(%q): %v", ok, err)
+		}
+	}
 	if got := redact("mysql://root:s3cret@tcp(h)/db"); strings.Contains(got, "s3cret") {
 		t.Errorf("redact kept the password: %s", got)
 	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{"7d": 7 * day, "1d12h": 36 * time.Hour, "90m": 90 * time.Minute,
+		"0d": 0, "36h": 36 * time.Hour, "-1h": -time.Hour} {
+		if got, err := parseDuration(in); err != nil || got != want {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "d", "1x", "1.5d", "-1d", "7dd", "1d-2h", "d7"} {
+		if got, err := parseDuration(bad); err == nil {
+			t.Errorf("parseDuration(%q) = %v, want an error", bad, got)
+		}
+	}
+}
+
+// TestMissingTableHint runs a command against a table that does not exist:
+// the error says so once, and a hint names --table.
+func TestMissingTableHint(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		r := tg.run(t, "--table", "no_such_outbox", "dead", "count").want(t, exitError)
+		mustContain(t, r.stderr, "count dead events: ", `hint: the table "no_such_outbox" does not exist`, "--table")
+		if strings.Count(r.stderr, "count dead events") != 1 {
+			t.Errorf("the operation is named more than once:\n%s", r.stderr)
+		}
+	})
 }
 
 func TestSchemaCreatesAWorkingTable(t *testing.T) {
@@ -500,7 +537,7 @@ func TestPurge(t *testing.T) {
 		r := tg.run(t, "purge", "--older-than", "168h").want(t, exitConfirm)
 		mustContain(t, r.stdout, "would delete 2 DONE events finished before", "would delete 2 DEAD events that died before")
 		intact()
-		r = tg.run(t, "purge", "--older-than", "168h", "--dead-older-than", "720h", "--dry-run").want(t, exitOK)
+		r = tg.run(t, "purge", "--older-than", "7d", "--dead-older-than", "30d", "--dry-run").want(t, exitOK)
 		mustContain(t, r.stdout, "would delete 2 DONE", "would delete 1 DEAD")
 		intact()
 

@@ -13,6 +13,8 @@ type stats struct {
 	Leased        int64      `json:"leased"`
 	Dead          int64      `json:"dead"`
 	Done          int64      `json:"done"`
+	Waiting       int64      `json:"waiting"`
+	BlockedKeys   int64      `json:"blocked_keys"`
 	OldestPending *time.Time `json:"oldest_pending_created_at"`
 	OldestAge     *float64   `json:"oldest_pending_age_seconds"`
 }
@@ -23,7 +25,8 @@ func readStats(ctx context.Context, s *session, now time.Time) (stats, error) {
 	if err != nil {
 		return stats{}, err
 	}
-	out := stats{Table: s.store.Table(), Pending: st.New, Retrying: st.Retry, Leased: st.Leased, Dead: st.Dead, Done: st.Done}
+	out := stats{Table: s.store.Table(), Pending: st.New, Retrying: st.Retry, Leased: st.Leased, Dead: st.Dead, Done: st.Done,
+		Waiting: st.Waiting, BlockedKeys: st.BlockedKeys}
 	if !st.OldestPending.IsZero() {
 		oldest := st.OldestPending
 		age := max(now.Sub(oldest), 0).Seconds()

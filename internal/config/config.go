@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/logging"
 )
 
 // Validator records the first rule of a Config that does not hold. Rules are
@@ -57,34 +58,14 @@ func Owner(v *Validator, owner string) {
 	v.Check(len(owner) <= core.MaxOwnerLen, "Owner is %d bytes, more than %d", len(owner), core.MaxOwnerLen)
 }
 
-// HasWriter reports whether l writes anywhere, i.e. whether it was built by
-// zerolog.New (or derived from such a logger) rather than being the zero
-// Logger, which has no writer and is silent. It lets an Outbox hand its own
-// logger to components whose Logger was left zero. zerolog does not expose
-// the writer, so HasWriter asks a copy of l to start an event with a sampler
-// that records whether it was consulted and refuses: zerolog consults the
-// sampler only after it has found a writer (and a level that lets the event
-// through, which the copy's Trace level always does), and nothing is written.
-// A zero Logger given context with With stays without a writer and counts as
-// unset. While zerolog's global level is Disabled every logger is silent and
-// HasWriter reports false.
-func HasWriter(l zerolog.Logger) bool {
-	var s probe
-	probeLogger := l.Level(zerolog.TraceLevel).Sample(&s)
-	if e := probeLogger.Log(); e != nil {
-		// Sampling is disabled globally: the event was started, which only
-		// a logger with a writer does. Drop it unsent.
-		e.Discard()
-		return true
+// HasWriter reports whether l writes anywhere: see logging.HasWriter.
+func HasWriter(l zerolog.Logger) bool { return logging.HasWriter(l) }
+
+// Clock returns now, or time.Now when now is nil: the default of every
+// Config's Now field.
+func Clock(now func() time.Time) func() time.Time {
+	if now == nil {
+		return time.Now
 	}
-	return s.asked
-}
-
-// probe is a zerolog.Sampler that records that it was asked and drops the
-// event.
-type probe struct{ asked bool }
-
-func (p *probe) Sample(zerolog.Level) bool {
-	p.asked = true
-	return false
+	return now
 }

@@ -85,3 +85,13 @@ func TestHasWriter(t *testing.T) {
 		t.Errorf("HasWriter wrote %q", buf.String())
 	}
 }
+
+func TestClock(t *testing.T) {
+	fixed := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	if got := config.Clock(func() time.Time { return fixed })(); !got.Equal(fixed) {
+		t.Errorf("Clock(f)() = %v, want f's %v", got, fixed)
+	}
+	if got := config.Clock(nil)(); time.Since(got) > time.Minute || got.IsZero() {
+		t.Errorf("Clock(nil)() = %v, want the current time", got)
+	}
+}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/outboxkit/outbox/internal/config"
 )
 
 const (
@@ -72,9 +74,7 @@ type Lease struct{ ID, Owner string }
 
 // New returns an empty Releaser with policy p.
 func New(p Policy) *Releaser {
-	if p.Now == nil {
-		p.Now = time.Now
-	}
+	p.Now = config.Clock(p.Now)
 	return &Releaser{p: p, kick: make(chan struct{}, 1), index: make(map[string]struct{})}
 }
 

@@ -29,6 +29,10 @@
 //	outbox_store_errors_total          failed store operations (claims, outcome write-backs)
 //	outbox_queue_depth{queue}          events waiting in the hot and cold queues
 //	outbox_oldest_lag_seconds          age of the event a worker took most recently
+//	outbox_delivery_latency_seconds{queue}  histogram: commit to listener start, hot and cold path apart
+//	outbox_listener_duration_seconds   histogram: one listener call
+//	outbox_claim_duration_seconds      histogram: one claim of the poller
+//	outbox_writeback_duration_seconds  histogram: one round of outcome write-backs
 //
 // and, from a Sampler:
 //
@@ -43,6 +47,10 @@
 // ends in exactly one dispatch_total result, unless its outcome could not be
 // written (store_errors_total) or shutdown handed it back to the database.
 // The poller also counts undecodable rows it marks DEAD as result="dead".
+//
+// The folder monitoring/ beside this package holds a Grafana dashboard
+// (dashboard.json) and Prometheus alert rules (alerts.yml, with promtool unit
+// tests in alerts_test.yml) for these series.
 package prometheus
 
 import (
@@ -104,9 +112,29 @@ type Exporter struct {
 	hotDepth     prom.Gauge
 	coldDepth    prom.Gauge
 	oldestLag    prom.Gauge
+
+	hotLatency, coldLatency prom.Observer
+	listener, claim, write  prom.Observer
 }
 
-var _ core.Metrics = (*Exporter)(nil)
+var (
+	_ core.Metrics        = (*Exporter)(nil)
+	_ core.LatencyMetrics = (*Exporter)(nil)
+)
+
+// Histogram buckets, in seconds: 0.5 ms to about 16 s for delivery latency
+// and listener calls (a hot-path delivery takes microseconds to a
+// millisecond, a polled one up to the poll interval, a retry its backoff),
+// 0.5 ms to about 4 s for statements.
+var (
+	latencyBuckets   = prom.ExponentialBuckets(0.0005, 2, 16)
+	statementBuckets = prom.ExponentialBuckets(0.0005, 2, 14)
+)
+
+func (c Config) histogramOpts(name, help string, buckets []float64) prom.HistogramOpts {
+	return prom.HistogramOpts{Namespace: c.namespace(), Subsystem: c.Subsystem, Name: name, Help: help,
+		Buckets: buckets, ConstLabels: c.ConstLabels}
+}
 
 // New creates the exporter's collectors and registers them on
 // cfg.Registerer. It returns an error matching core.ErrInvalid when
@@ -122,7 +150,22 @@ func New(cfg Config) (*Exporter, error) {
 		"Delivery outcomes: success (DONE), failure (RETRY scheduled), dead (DEAD)."), []string{"result"})
 	depth := prom.NewGaugeVec(cfg.gaugeOpts("queue_depth", "Events waiting in the dispatcher's in-memory queues."),
 		[]string{"queue"})
+	latency := prom.NewHistogramVec(cfg.histogramOpts("delivery_latency_seconds",
+		"Time from an event's commit to the start of its listener call, by the queue it came from "+
+			"(hot: from the after-commit hand-off; cold: from the later of created_at and available_at).",
+		latencyBuckets), []string{"queue"})
+	listener := prom.NewHistogram(cfg.histogramOpts("listener_duration_seconds",
+		"Duration of one listener call, interceptors included.", latencyBuckets))
+	claim := prom.NewHistogram(cfg.histogramOpts("claim_duration_seconds",
+		"Duration of one claim of the poller, with or without rows.", statementBuckets))
+	write := prom.NewHistogram(cfg.histogramOpts("writeback_duration_seconds",
+		"Duration of one round of outcome write-backs (a DONE batch, a RETRY, a DEAD).", statementBuckets))
 	e := &Exporter{
+		hotLatency:  latency.WithLabelValues("hot"),
+		coldLatency: latency.WithLabelValues("cold"),
+		listener:    listener,
+		claim:       claim,
+		write:       write,
 		hotEnqueued: prom.NewCounter(cfg.counterOpts("hot_enqueued_total",
 			"Events handed to the hot queue right after their transaction committed.")),
 		hotDropped: prom.NewCounter(cfg.counterOpts("hot_dropped_total",
@@ -140,7 +183,7 @@ func New(cfg Config) (*Exporter, error) {
 			"Age (now - created_at) of the event a worker took from a queue most recently.")),
 	}
 	if err := register(cfg.Registerer, e.hotEnqueued, e.hotDropped, e.coldEnqueued, dispatch, e.storeErrors,
-		depth, e.oldestLag); err != nil {
+		depth, e.oldestLag, latency, listener, claim, write); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -188,3 +231,21 @@ func (e *Exporter) QueueDepths(hot, cold int) {
 
 // OldestLag implements core.Metrics.
 func (e *Exporter) OldestLag(lag time.Duration) { e.oldestLag.Set(lag.Seconds()) }
+
+// DeliveryLatency implements core.LatencyMetrics.
+func (e *Exporter) DeliveryLatency(queue string, d time.Duration) {
+	if queue == "hot" {
+		e.hotLatency.Observe(d.Seconds())
+		return
+	}
+	e.coldLatency.Observe(d.Seconds())
+}
+
+// ListenerDuration implements core.LatencyMetrics.
+func (e *Exporter) ListenerDuration(d time.Duration) { e.listener.Observe(d.Seconds()) }
+
+// ClaimDuration implements core.LatencyMetrics.
+func (e *Exporter) ClaimDuration(d time.Duration) { e.claim.Observe(d.Seconds()) }
+
+// WriteBackDuration implements core.LatencyMetrics.
+func (e *Exporter) WriteBackDuration(d time.Duration) { e.write.Observe(d.Seconds()) }

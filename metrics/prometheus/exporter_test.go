@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -82,7 +83,9 @@ outbox_queue_depth{queue="hot"} 7
 # TYPE outbox_store_errors_total counter
 outbox_store_errors_total 1
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+	counters := []string{"outbox_cold_enqueued_total", "outbox_dispatch_total", "outbox_hot_dropped_total",
+		"outbox_hot_enqueued_total", "outbox_oldest_lag_seconds", "outbox_queue_depth", "outbox_store_errors_total"}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), counters...); err != nil {
 		t.Error(err)
 	}
 	problems, err := testutil.GatherAndLint(reg)
@@ -316,4 +319,52 @@ func ExampleNew() {
 	exp.DispatchSuccess()
 	fmt.Println(testutil.ToFloat64(exp.success))
 	// Output: 1
+}
+
+// TestExporterHistograms: each duration lands in its histogram, in seconds,
+// the delivery latency under the queue it names.
+func TestExporterHistograms(t *testing.T) {
+	reg := prom.NewPedanticRegistry()
+	e := newExporter(t, reg, nil)
+	e.DeliveryLatency("hot", 2*time.Millisecond)
+	e.DeliveryLatency("hot", 4*time.Millisecond)
+	e.DeliveryLatency("cold", 3*time.Second)
+	e.ListenerDuration(time.Millisecond)
+	e.ClaimDuration(5 * time.Millisecond)
+	e.WriteBackDuration(6 * time.Millisecond)
+
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct{ name, queue string }
+	got := map[key][2]float64{} // count, sum
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			if h := m.GetHistogram(); h != nil {
+				k := key{name: f.GetName()}
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "queue" {
+						k.queue = l.GetValue()
+					}
+				}
+				got[k] = [2]float64{float64(h.GetSampleCount()), h.GetSampleSum()}
+			}
+		}
+	}
+	for k, want := range map[key][2]float64{
+		{"outbox_delivery_latency_seconds", "hot"}:  {2, 0.006},
+		{"outbox_delivery_latency_seconds", "cold"}: {1, 3},
+		{"outbox_listener_duration_seconds", ""}:    {1, 0.001},
+		{"outbox_claim_duration_seconds", ""}:       {1, 0.005},
+		{"outbox_writeback_duration_seconds", ""}:   {1, 0.006},
+	} {
+		g := got[k]
+		if g[0] != want[0] || math.Abs(g[1]-want[1]) > 1e-9 {
+			t.Errorf("%s{queue=%q}: count %v sum %v, want %v and %v", k.name, k.queue, g[0], g[1], want[0], want[1])
+		}
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Errorf("lint: %v %v", problems, err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	prom "github.com/prometheus/client_golang/prometheus"
@@ -12,6 +13,7 @@ import (
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/lifecycle"
+	"github.com/outboxkit/outbox/internal/logging"
 )
 
 // Defaults applied by NewSampler to zero SamplerConfig fields.
@@ -36,9 +38,14 @@ type SamplerConfig struct {
 	Interval time.Duration
 	// QueryTimeout bounds one sample (a few short queries). Default 10 s.
 	QueryTimeout time.Duration
-	// Logger receives failed background samples at warn level. Default: the
-	// zero (silent) logger.
+	// Logger receives failed background samples at warn level. Default: see
+	// Slog.
 	Logger zerolog.Logger
+	// Slog, when not nil, receives the sampler's logs instead of Logger.
+	// With neither set, warnings and errors go to slog.Default() (stderr
+	// unless the program changed it); set Logger to zerolog.Nop() or Slog
+	// to slog.New(slog.DiscardHandler) to silence them.
+	Slog *slog.Logger
 	// Now returns the current time, for the oldest pending age. Default:
 	// time.Now.
 	Now func() time.Time
@@ -62,9 +69,7 @@ func (c SamplerConfig) withDefaults() (SamplerConfig, error) {
 	}
 	c.Interval = cmp.Or(c.Interval, DefaultSampleInterval)
 	c.QueryTimeout = cmp.Or(c.QueryTimeout, DefaultSampleQueryTimeout)
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Now = config.Clock(c.Now)
 	return c, nil
 }
 
@@ -79,6 +84,7 @@ type Sampler struct {
 	loop lifecycle.Loop
 
 	pending, retrying, dead, oldestAge, lastSample prom.Gauge
+	waiting, blockedKeys                           prom.Gauge
 	errors                                         prom.Counter
 
 	afterSample func(error) // set by tests
@@ -96,7 +102,7 @@ func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 	m := cfg.Metrics
 	s := &Sampler{
 		cfg:       cfg,
-		log:       cfg.Logger.With().Str("component", "outbox.sampler").Logger(),
+		log:       logging.Resolve(cfg.Logger, cfg.Slog).With().Str("component", "outbox.sampler").Logger(),
 		pending:   prom.NewGauge(m.gaugeOpts("pending_events", "NEW rows in the outbox table, as last sampled.")),
 		retrying:  prom.NewGauge(m.gaugeOpts("retrying_events", "RETRY rows in the outbox table, as last sampled.")),
 		dead:      prom.NewGauge(m.gaugeOpts("dead_events", "DEAD rows in the outbox table, as last sampled.")),
@@ -104,8 +110,12 @@ func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 		lastSample: prom.NewGauge(m.gaugeOpts("last_sample_timestamp_seconds",
 			"Unix time of the last successful sample of the outbox table.")),
 		errors: prom.NewCounter(m.counterOpts("sample_errors_total", "Failed samples of the outbox table.")),
+		waiting: prom.NewGauge(m.gaugeOpts("waiting_events",
+			"Ordered events waiting for an earlier event of their key, as last sampled.")),
+		blockedKeys: prom.NewGauge(m.gaugeOpts("blocked_keys",
+			"Keys of ordered aggregate types held up by a DEAD head event, as last sampled.")),
 	}
-	if err := register(m.Registerer, s.pending, s.retrying, s.dead, s.oldestAge, s.lastSample, s.errors); err != nil {
+	if err := register(m.Registerer, s.pending, s.retrying, s.dead, s.oldestAge, s.lastSample, s.errors, s.waiting, s.blockedKeys); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -137,6 +147,8 @@ func (s *Sampler) sample(ctx context.Context) error {
 	s.pending.Set(float64(st.New))
 	s.retrying.Set(float64(st.Retry))
 	s.dead.Set(float64(st.Dead))
+	s.waiting.Set(float64(st.Waiting))
+	s.blockedKeys.Set(float64(st.BlockedKeys))
 	s.oldestAge.Set(age)
 	s.lastSample.Set(float64(now.UnixNano()) / 1e9)
 	return nil

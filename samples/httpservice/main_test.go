@@ -142,10 +142,20 @@ func TestService(t *testing.T) {
 			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
 		}
 	}
-	for _, series := range []string{"outbox_pending_events", "outbox_dead_events", "go_goroutines"} {
+	for _, series := range []string{"outbox_pending_events", "outbox_dead_events", "go_goroutines",
+		"outbox_claim_duration_seconds_count", "outbox_writeback_duration_seconds_count"} {
 		if _, ok := metrics[series]; !ok {
 			t.Errorf("/metrics has no %s", series)
 		}
+	}
+	// The latency histograms: seven listener calls (six deliveries and the
+	// failed first attempt), each with its commit-to-delivery latency.
+	if got := metrics["outbox_listener_duration_seconds_count"]; got != 7 {
+		t.Errorf("outbox_listener_duration_seconds_count = %v, want 7", got)
+	}
+	hot, cold := metrics[`outbox_delivery_latency_seconds_count{queue="hot"}`], metrics[`outbox_delivery_latency_seconds_count{queue="cold"}`]
+	if hot+cold != 7 || hot < 6 {
+		t.Errorf("outbox_delivery_latency_seconds_count: hot %v, cold %v; want 7 in all, at least 6 hot", hot, cold)
 	}
 
 	// Graceful shutdown, as on SIGTERM.

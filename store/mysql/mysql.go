@@ -55,6 +55,9 @@ import (
 //go:embed schema.sql
 var ddl string
 
+//go:embed upgrade_ordering.sql
+var upgradeOrdering string
+
 // ClaimStrategy selects how Claim leases rows.
 type ClaimStrategy int
 
@@ -91,6 +94,11 @@ type Config struct {
 	// ^[A-Za-z_][A-Za-z0-9_]{0,62}$, optionally prefixed by a database name
 	// of the same form and a dot.
 	Table string
+	// Ordered names the aggregate types whose events are delivered in order
+	// per key (aggregate type and aggregate id), each with its DEAD policy
+	// (see core.Ordering). Every process sharing the table must use the
+	// same. Default none: every event is unordered.
+	Ordered core.Ordering
 	// Claim is the claim strategy. Default ClaimSkipLocked.
 	Claim ClaimStrategy
 }
@@ -118,7 +126,11 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{shared: sqlstore.New(d, table), claim: cfg.Claim, table: table}, nil
+	shared, err := sqlstore.New(d, table).WithOrdering(cfg.Ordered)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{shared: shared, claim: cfg.Claim, table: table}, nil
 }
 
 // The read-back index of ClaimUpdateLimit: a line of schema.sql's CREATE
@@ -150,6 +162,10 @@ func dialect(claim ClaimStrategy) (sqlstore.Dialect, error) {
 		ClaimIndexHint:    "FORCE INDEX ({{index:lane}})",
 		LimitedWrites:     true,
 		MaxParams:         65535,
+		UpgradeOrdering:   upgradeOrdering,
+		NoReturning:       true,
+		LockingRead:       "FOR UPDATE",
+		IsAlreadyExists:   isAlreadyExists,
 		IsUniqueViolation: isUniqueViolation,
 		IsRetryable:       isRetryable,
 		NamedLock:         namedLock,
@@ -159,13 +175,27 @@ func dialect(claim ClaimStrategy) (sqlstore.Dialect, error) {
 		d.Claim = sqlstore.ClaimSelectForUpdate
 		d.ClaimLock = "FOR UPDATE SKIP LOCKED"
 		d.DDL = strings.Replace(ddl, leaseIndexMarker, "", 1)
+		d.Migrations = withLeaseIndex(migrationTemplates, "")
 	case ClaimUpdateLimit:
 		d.Claim = sqlstore.ClaimUpdateThenSelect
 		d.DDL = strings.Replace(ddl, leaseIndexMarker, leaseIndexDDL, 1)
+		d.Migrations = withLeaseIndex(migrationTemplates, leaseIndexDDL)
 	default:
 		return sqlstore.Dialect{}, core.Invalid("mysql claim strategy", "%d is not a known strategy", int(claim))
 	}
 	return d, nil
+}
+
+// withLeaseIndex returns the migration templates with the lease index
+// marker of 0001 replaced by index: a table migrated for ClaimUpdateLimit
+// has the index CreateSchema gives it.
+func withLeaseIndex(ts []sqlstore.MigrationTemplate, index string) []sqlstore.MigrationTemplate {
+	out := make([]sqlstore.MigrationTemplate, len(ts))
+	for i, t := range ts {
+		t.Up = strings.Replace(t.Up, leaseIndexMarker, index, 1)
+		out[i] = t
+	}
+	return out
 }
 
 // namedLock: GET_LOCK, which is per server, not per database, so the name
@@ -223,6 +253,8 @@ func nullIfEmpty(s string) any {
 
 // MySQL server error numbers the store translates.
 const (
+	errDupFieldName      = 1060 // ER_DUP_FIELDNAME
+	errDupKeyName        = 1061 // ER_DUP_KEYNAME
 	errDupEntry          = 1062 // ER_DUP_ENTRY
 	errLockWaitTimeout   = 1205 // ER_LOCK_WAIT_TIMEOUT
 	errLockDeadlock      = 1213 // ER_LOCK_DEADLOCK
@@ -238,6 +270,15 @@ func errorNumber(err error) uint16 {
 }
 
 func isUniqueViolation(err error) bool { return errorNumber(err) == errDupEntry }
+
+// isAlreadyExists: a column or index that an earlier CreateSchema added.
+func isAlreadyExists(err error) bool {
+	switch errorNumber(err) {
+	case errDupFieldName, errDupKeyName:
+		return true
+	}
+	return false
+}
 
 // isRetryable: after a deadlock or a lock wait timeout in autocommit mode, or
 // in a transaction the store began itself, running the statement again is

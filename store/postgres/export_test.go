@@ -11,3 +11,7 @@ import (
 func PlanStatements(s *Store, now time.Time) []sqlstore.Statement {
 	return sqlstore.PlanStatements(s.shared, now)
 }
+
+// LegacyDDL returns the statements of the previous release's CreateSchema
+// (schema.sql alone) for s's table.
+func LegacyDDL(s *Store) []string { return s.shared.BaseDDL() }

@@ -27,7 +27,7 @@ func TestPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := tg.Store.(*postgres.Store)
-	want := map[string]string{"claim": "_pending", "dead": "_dead", "count-dead": "_dead", "replay-dead": "_dead", "purge": "_done"}
+	want := map[string]string{"claim": "_pending", "dead": "_dead", "count-dead": "_dead", "replay-dead": "_dead", "purge": "_done", "promote": "_seq"}
 	conn, err := tg.DB.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -38,12 +38,20 @@ import (
 //go:embed schema.sql
 var ddl string
 
+//go:embed upgrade_ordering.sql
+var upgradeOrdering string
+
 // Config configures a Store.
 type Config struct {
 	// Table is the outbox table name. Default "outbox_event". It must match
 	// ^[A-Za-z_][A-Za-z0-9_]{0,62}$, optionally prefixed by a schema name of
 	// the same form and a dot.
 	Table string
+	// Ordered names the aggregate types whose events are delivered in order
+	// per key (aggregate type and aggregate id), each with its DEAD policy
+	// (see core.Ordering). Every process sharing the table must use the
+	// same. Default none: every event is unordered.
+	Ordered core.Ordering
 }
 
 // Store is the PostgreSQL outbox store. It implements core.Store and is safe
@@ -63,7 +71,10 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	shared := sqlstore.New(dialect(), table)
+	shared, err := sqlstore.New(dialect(), table).WithOrdering(cfg.Ordered)
+	if err != nil {
+		return nil, err
+	}
 	return &Store{shared: shared, channel: Channel(shared.Table())}, nil
 }
 
@@ -73,6 +84,7 @@ func dialect() sqlstore.Dialect {
 		Name:           "postgres",
 		NumberedParams: true,
 		DDL:            ddl,
+		Migrations:     migrationTemplates,
 		Quote:          func(s string) string { return `"` + s + `"` },
 		Claim:          sqlstore.ClaimReturning,
 		ClaimLock:      "FOR UPDATE SKIP LOCKED",
@@ -85,6 +97,9 @@ func dialect() sqlstore.Dialect {
 		// pgx caches prepared statements by text.
 		PadIDLists:        true,
 		MaxParams:         65535,
+		UpgradeOrdering:   upgradeOrdering,
+		ErrorAbortsTx:     true,
+		LockingRead:       "FOR UPDATE",
 		IsUniqueViolation: isUniqueViolation,
 		IsRetryable:       isRetryable,
 		NamedLock:         namedLock,

@@ -16,6 +16,7 @@ var (
 	_ core.DoneDeleter  = (*Store)(nil)
 	_ core.LeaseRenewer = (*Store)(nil)
 	_ core.Inspector    = (*Store)(nil)
+	_ core.OrderedStore = (*Store)(nil)
 	_ core.Locker       = (*Store)(nil)
 )
 
@@ -25,13 +26,29 @@ func (s *Store) Table() string {
 	return s.shared.Table()
 }
 
+// KeyTable returns the table of the per-key counters of ordered delivery,
+// schema-qualified when it has a schema: the table's name with "_key"
+// appended (shortened with a hash beyond 63 bytes).
+func (s *Store) KeyTable() string {
+	return s.shared.KeyTable()
+}
+
 // SchemaSQL returns the DDL that creates the table and its indexes, for migration tools.
 // Running it twice is harmless.
 func (s *Store) SchemaSQL() string {
 	return s.shared.SchemaSQL()
 }
 
-// CreateSchema creates the table and its indexes if they do not exist.
+// UpgradeOrderingSQL returns the statements that add ordered delivery (the seq column, its
+// index and the key table) to a table created by an earlier release, for
+// migration tools.
+func (s *Store) UpgradeOrderingSQL() string {
+	return s.shared.UpgradeOrderingSQL()
+}
+
+// CreateSchema creates the table and its indexes if they do not exist, and adds ordered
+// delivery to a table of an earlier release that lacks it. Running it again
+// is harmless.
 func (s *Store) CreateSchema(ctx context.Context, db core.DBTX) error {
 	return s.shared.CreateSchema(ctx, db)
 }
@@ -43,6 +60,14 @@ func (s *Store) CreateSchema(ctx context.Context, db core.DBTX) error {
 // core.ErrDuplicateEvent. It implements core.Store.
 func (s *Store) Insert(ctx context.Context, db core.DBTX, envs []core.Envelope, opts core.InsertOptions) error {
 	return s.shared.Insert(ctx, db, envs, opts)
+}
+
+// InsertOrdered is Insert that also takes the sequence numbers of the ordered envelopes
+// (see core.Ordering) and returns them, with the ids of those it stored WAITING. An
+// ordered envelope without an aggregate id returns an error matching
+// core.ErrInvalid, and nothing is written. It implements core.OrderedStore.
+func (s *Store) InsertOrdered(ctx context.Context, db core.DBTX, envs []core.Envelope, opts core.InsertOptions) (core.InsertResult, error) {
+	return s.shared.InsertOrdered(ctx, db, envs, opts)
 }
 
 // Claim leases up to p.Limit deliverable rows for p.Owner in (created_at,
@@ -101,6 +126,40 @@ func (s *Store) RenewLeases(ctx context.Context, db core.DBTX, owner string, ids
 	return s.shared.RenewLeases(ctx, db, owner, ids, now)
 }
 
+// Ordering returns the aggregate types this store delivers in order per key; nil
+// when none. It implements core.OrderedStore.
+func (s *Store) Ordering() core.Ordering {
+	return s.shared.Ordering()
+}
+
+// MarkDoneOrdered records the delivery of the ids owner still leases and, in the same
+// transaction, promotes the next event of each ordered one's key, leased by
+// owner; it returns how many rows it marked DONE and the promoted events. It
+// implements core.OrderedStore.
+func (s *Store) MarkDoneOrdered(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
+	return s.shared.MarkDoneOrdered(ctx, db, owner, ids, now)
+}
+
+// MarkDeadOrdered records the final failure of id if owner still leases it and, when its
+// aggregate type's policy is core.DeadContinues, promotes the next event of
+// its key, leased by owner. It implements core.OrderedStore.
+func (s *Store) MarkDeadOrdered(ctx context.Context, db core.DBTX, owner, id string, now time.Time, lastErr string) (bool, []core.Event, error) {
+	return s.shared.MarkDeadOrdered(ctx, db, owner, id, now, lastErr)
+}
+
+// BlockedKeys lists the keys held up by a DEAD head, oldest first. It implements
+// core.OrderedStore.
+func (s *Store) BlockedKeys(ctx context.Context, db core.DBTX, f core.DeadFilter) ([]core.BlockedKey, error) {
+	return s.shared.BlockedKeys(ctx, db, f)
+}
+
+// SkipDead moves the keys of the DEAD ordered heads ids past them without delivering
+// them and returns how many keys it moved; the events stay DEAD. It
+// implements core.OrderedStore.
+func (s *Store) SkipDead(ctx context.Context, db core.DBTX, ids []string, now time.Time) (int64, error) {
+	return s.shared.SkipDead(ctx, db, ids, now)
+}
+
 // QueryDead returns the DEAD events matching f, oldest first. It implements
 // core.DeadStore.
 func (s *Store) QueryDead(ctx context.Context, db core.DBTX, f core.DeadFilter) ([]core.Event, error) {
@@ -130,6 +189,14 @@ func (s *Store) Purge(ctx context.Context, db core.DBTX, p core.PurgeParams) (in
 	return s.shared.Purge(ctx, db, p)
 }
 
+// PurgeKeys deletes up to limit rows of the key table of ordered delivery whose keys
+// have no event left (all finished, and their rows purged) and were last
+// written or finished before before, and returns how many it deleted. A
+// writer of such a key concurrently is safe. It implements purge.KeyPurger.
+func (s *Store) PurgeKeys(ctx context.Context, db core.DBTX, before time.Time, limit int) (int64, error) {
+	return s.shared.PurgeKeys(ctx, db, before, limit)
+}
+
 // Stats counts the rows by state and finds the oldest pending one. It implements
 // core.Inspector.
 func (s *Store) Stats(ctx context.Context, db core.DBTX) (core.Stats, error) {
@@ -140,6 +207,13 @@ func (s *Store) Stats(ctx context.Context, db core.DBTX) (core.Stats, error) {
 // p.Limit. It implements core.Inspector.
 func (s *Store) CountPurgeable(ctx context.Context, db core.DBTX, p core.PurgeParams) (done, dead int64, err error) {
 	return s.shared.CountPurgeable(ctx, db, p)
+}
+
+// CountByType counts the NEW, RETRY and DEAD rows of each (aggregate type, event
+// type), ordered by aggregate type and event type. It implements
+// core.Inspector.
+func (s *Store) CountByType(ctx context.Context, db core.DBTX) ([]core.TypeCount, error) {
+	return s.shared.CountByType(ctx, db)
 }
 
 // TryLock tries once, without waiting, to take the lock name of this store's table

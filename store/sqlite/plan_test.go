@@ -16,7 +16,7 @@ func TestQueryPlans(t *testing.T) {
 	t.Parallel()
 	tg := testdb.SQLite(t)
 	st := tg.Store.(*sqlite.Store)
-	wantIndex := map[string]string{"claim": "_pending", "dead": "_dead", "count-dead": "_dead", "purge": "_done"}
+	wantIndex := map[string]string{"claim": "_pending", "dead": "_dead", "count-dead": "_dead", "purge": "_done", "promote": "_seq"}
 	for _, stmt := range sqlite.PlanStatements(st, time.Now()) {
 		rows, err := tg.DB.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+stmt.SQL, stmt.Args...)
 		if err != nil {

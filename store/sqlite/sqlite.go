@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	sqlitedrv "modernc.org/sqlite"
@@ -29,11 +30,19 @@ import (
 //go:embed schema.sql
 var ddl string
 
+//go:embed upgrade_ordering.sql
+var upgradeOrdering string
+
 // Config configures a Store.
 type Config struct {
 	// Table is the outbox table name. Default "outbox_event". It must match
 	// ^[A-Za-z_][A-Za-z0-9_]{0,62}$; SQLite tables are not schema-qualified.
 	Table string
+	// Ordered names the aggregate types whose events are delivered in order
+	// per key (aggregate type and aggregate id), each with its DEAD policy
+	// (see core.Ordering). Every process sharing the table must use the
+	// same. Default none: every event is unordered.
+	Ordered core.Ordering
 }
 
 // Store is the SQLite outbox store. It implements core.Store and is safe for
@@ -52,20 +61,27 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{shared: sqlstore.New(dialect(), table)}, nil
+	shared, err := sqlstore.New(dialect(), table).WithOrdering(cfg.Ordered)
+	if err != nil {
+		return nil, err
+	}
+	return &Store{shared: shared}, nil
 }
 
 // dialect returns the SQLite dialect of the shared SQL store.
 func dialect() sqlstore.Dialect {
 	return sqlstore.Dialect{
-		Name:  "sqlite",
-		DDL:   ddl,
-		Quote: func(s string) string { return `"` + s + `"` },
-		Claim: sqlstore.ClaimReturning,
+		Name:       "sqlite",
+		DDL:        ddl,
+		Migrations: migrationTemplates,
+		Quote:      func(s string) string { return `"` + s + `"` },
+		Claim:      sqlstore.ClaimReturning,
 		EncodeTime: func(t time.Time) any {
 			return t.Format(sqlstore.SQLiteTimeFormat)
 		},
 		MaxParams:         32766,
+		UpgradeOrdering:   upgradeOrdering,
+		IsAlreadyExists:   isDuplicateColumn,
 		IsUniqueViolation: isUniqueViolation,
 		IsRetryable:       isBusy,
 	}
@@ -85,6 +101,12 @@ func isUniqueViolation(err error) bool {
 		return true
 	}
 	return false
+}
+
+// isDuplicateColumn: the seq column an earlier CreateSchema added. SQLite
+// reports it as a generic error; only its message tells.
+func isDuplicateColumn(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "duplicate column name")
 }
 
 func isBusy(err error) bool {

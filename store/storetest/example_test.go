@@ -29,14 +29,21 @@ func TestRunAsAUser(t *testing.T) {
 				return db
 			}
 			db := open(t)
-			st, err := sqlite.New(sqlite.Config{Table: fmt.Sprintf("outbox_t%d", n.Add(1))})
+			table := fmt.Sprintf("outbox_t%d", n.Add(1))
+			st, err := sqlite.New(sqlite.Config{Table: table})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := st.CreateSchema(context.Background(), db); err != nil {
 				t.Fatal(err)
 			}
-			return storetest.Target{DB: db, Store: st, Table: st.Table(), Reopen: open}
+			// The ordered checks run on a store of the same table that
+			// orders storetest.Ordering's aggregate types.
+			ordered, err := sqlite.New(sqlite.Config{Table: table, Ordered: storetest.Ordering})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return storetest.Target{DB: db, Store: st, Table: st.Table(), Reopen: open, Ordered: ordered}
 		},
 		NewStore: func(table string) (core.Store, error) { return sqlite.New(sqlite.Config{Table: table}) },
 	})

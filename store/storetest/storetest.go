@@ -55,6 +55,12 @@ type Target struct {
 	// second process has, and closes it when t ends: claimers on separate
 	// pools must never share a row. Required.
 	Reopen func(t testing.TB) *sql.DB
+	// Ordered is a store of the same kind on the same table whose ordering
+	// is Ordering, for the checks of ordered delivery (core.OrderedStore).
+	// Nil skips them.
+	Ordered core.Store
+
+	server bool // Config.Server
 }
 
 // Config is what Run needs to know of a store and its database.
@@ -88,7 +94,7 @@ func Run(t *testing.T, cfg Config) {
 	if cfg.NewTarget == nil {
 		t.Fatal("storetest: Config.NewTarget is required")
 	}
-	all := slices.Concat(insertTests, claimTests, writeBackTests, batchTests, leaseTests, deadTests, purgeTests, lockTests, statsTests, schemaTests, wakeTests)
+	all := slices.Concat(insertTests, claimTests, writeBackTests, batchTests, leaseTests, deadTests, purgeTests, lockTests, statsTests, schemaTests, wakeTests, orderedTests)
 	if cfg.NewStore != nil {
 		all = append(all, test{"BadTableNames", func(t *testing.T, _ Target) { testBadTableNames(t, cfg.NewStore) }})
 	}
@@ -111,6 +117,7 @@ func newTarget(t *testing.T, cfg Config) Target {
 	if tg.DB == nil || tg.Store == nil || tg.Table == "" || tg.Reopen == nil {
 		t.Fatalf("storetest: NewTarget returned a Target without DB, Store, Table or Reopen: %+v", tg)
 	}
+	tg.server = cfg.Server
 	return tg
 }
 

@@ -44,6 +44,9 @@ type Target struct {
 	// NewStore returns a store of this dialect for another table name; it
 	// is how tests check table-name validation. It creates nothing.
 	NewStore func(table string) (Store, error)
+	// Ordered is a store on the same table that orders the aggregate types
+	// of storetest.Ordering.
+	Ordered Store
 }
 
 // Store is a store that manages its own table, as every store of this
@@ -65,12 +68,21 @@ func DropTable(ctx context.Context, db core.DBTX, st Store) error {
 	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+strings.Join(parts, ".")); err != nil {
 		return fmt.Errorf("drop table %s: %w", st.Table(), err)
 	}
+	if k, ok := st.(interface{ KeyTable() string }); ok {
+		parts := strings.Split(k.KeyTable(), ".")
+		for i, p := range parts {
+			parts[i] = quote(p)
+		}
+		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+strings.Join(parts, ".")); err != nil {
+			return fmt.Errorf("drop table %s: %w", k.KeyTable(), err)
+		}
+	}
 	return nil
 }
 
 // Suite returns tg as the conformance suite's target.
 func (tg Target) Suite() storetest.Target {
-	return storetest.Target{DB: tg.DB, Store: tg.Store, Table: tg.Table, Reopen: tg.Reopen}
+	return storetest.Target{DB: tg.DB, Store: tg.Store, Table: tg.Table, Reopen: tg.Reopen, Ordered: tg.Ordered}
 }
 
 // Conformance returns the conformance suite's configuration for dialect's
@@ -175,7 +187,7 @@ func SQLite(t testing.TB) Target {
 		t.Cleanup(func() { _ = db.Close() })
 		return db
 	}
-	return newTarget(t, "sqlite", open, storeFactory("sqlite", mysql.Config{}))
+	return newTarget(t, "sqlite", open, mysql.Config{})
 }
 
 // Environment variables naming the servers, and the DSNs that work on a
@@ -221,7 +233,7 @@ func server(t testing.TB, name, env, example string, open func(dsn string) (*sql
 func Postgres(t testing.TB) Target {
 	t.Helper()
 	open := server(t, "PostgreSQL", PostgresEnv, examplePostgresDSN, postgres.Open)
-	return newTarget(t, "postgres", open, storeFactory("postgres", mysql.Config{}))
+	return newTarget(t, "postgres", open, mysql.Config{})
 }
 
 // MySQL returns a target on OUTBOX_MYSQL_DSN with the default claim
@@ -238,22 +250,29 @@ func MySQLWith(cfg mysql.Config) func(t testing.TB) Target {
 	return func(t testing.TB) Target {
 		t.Helper()
 		open := server(t, "MySQL", MySQLEnv, exampleMySQLDSN, mysql.Open)
-		return newTarget(t, "mysql", open, storeFactory("mysql", cfg))
+		return newTarget(t, "mysql", open, cfg)
 	}
 }
 
 // storeFactory returns the constructor of dialect's stores, which builds
 // MySQL stores with mysqlCfg and the given table.
 func storeFactory(dialect string, mysqlCfg mysql.Config) func(table string) (Store, error) {
+	return orderedFactory(dialect, mysqlCfg, nil)
+}
+
+// orderedFactory is storeFactory for stores with ordering o.
+func orderedFactory(dialect string, mysqlCfg mysql.Config, o core.Ordering) func(table string) (Store, error) {
 	switch dialect {
 	case "sqlite":
-		return func(table string) (Store, error) { return asStore(sqlite.New(sqlite.Config{Table: table})) }
+		return func(table string) (Store, error) { return asStore(sqlite.New(sqlite.Config{Table: table, Ordered: o})) }
 	case "postgres":
-		return func(table string) (Store, error) { return asStore(postgres.New(postgres.Config{Table: table})) }
+		return func(table string) (Store, error) {
+			return asStore(postgres.New(postgres.Config{Table: table, Ordered: o}))
+		}
 	case "mysql":
 		return func(table string) (Store, error) {
 			c := mysqlCfg
-			c.Table = table
+			c.Table, c.Ordered = table, o
 			return asStore(mysql.New(c))
 		}
 	}
@@ -269,11 +288,17 @@ func asStore[S Store](s S, err error) (Store, error) {
 	return s, nil
 }
 
-func newTarget(t testing.TB, name string, open func(testing.TB) *sql.DB, newStore func(string) (Store, error)) Target {
+func newTarget(t testing.TB, name string, open func(testing.TB) *sql.DB, mysqlCfg mysql.Config) Target {
 	t.Helper()
-	st, err := newStore(UniqueName("outbox"))
+	newStore := storeFactory(name, mysqlCfg)
+	table := UniqueName("outbox")
+	st, err := newStore(table)
 	if err != nil {
 		t.Fatalf("testdb: %v", err)
 	}
-	return prepare(t, Target{Name: name, DB: open(t), Store: st, Reopen: open, NewStore: newStore})
+	ordered, err := orderedFactory(name, mysqlCfg, storetest.Ordering)(table)
+	if err != nil {
+		t.Fatalf("testdb: %v", err)
+	}
+	return prepare(t, Target{Name: name, DB: open(t), Store: st, Reopen: open, NewStore: newStore, Ordered: ordered})
 }

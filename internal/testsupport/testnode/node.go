@@ -32,8 +32,9 @@ type Defaults struct {
 	Retry core.RetryPolicy
 	// Interval is the poller's interval. Default: the poller's.
 	Interval time.Duration
-	// Logger is given to the dispatcher, the poller and the writer. The zero
-	// Logger is disabled.
+	// Logger is given to the dispatcher, the poller and the writer. With the
+	// zero Logger their warnings and errors go to slog.Default() (stderr,
+	// shown with a failing test's output).
 	Logger zerolog.Logger
 	// PollerMetrics gives the node's Metrics to the poller too, which counts
 	// there its store errors and the undecodable rows it marks DEAD.

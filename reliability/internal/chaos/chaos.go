@@ -42,17 +42,23 @@ func Open(dialect, dsn string) (*sql.DB, error) {
 
 // NewStore returns the outbox store of dialect on table.
 func NewStore(dialect, table string) (store.SchemaManager, error) {
+	return NewOrderedStore(dialect, table, nil)
+}
+
+// NewOrderedStore returns the outbox store of dialect on table, delivering
+// the aggregate types of ordered in order per key.
+func NewOrderedStore(dialect, table string, ordered core.Ordering) (store.SchemaManager, error) {
 	var (
 		s   store.SchemaManager
 		err error
 	)
 	switch dialect {
 	case "postgres":
-		s, err = postgres.New(postgres.Config{Table: table})
+		s, err = postgres.New(postgres.Config{Table: table, Ordered: ordered})
 	case "mysql":
-		s, err = mysql.New(mysql.Config{Table: table})
+		s, err = mysql.New(mysql.Config{Table: table, Ordered: ordered})
 	case "sqlite":
-		s, err = sqlite.New(sqlite.Config{Table: table})
+		s, err = sqlite.New(sqlite.Config{Table: table, Ordered: ordered})
 	default:
 		return nil, fmt.Errorf("unknown dialect %q", dialect)
 	}
@@ -60,6 +66,35 @@ func NewStore(dialect, table string) (store.SchemaManager, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// OrderedDelivery is a recorded delivery with its event's key and position.
+type OrderedDelivery struct {
+	Delivery
+	AggregateID string
+	Seq         int64
+}
+
+// AllOrdered returns every delivery recorded in d, joined with its event in
+// outbox for its key and seq, in the order the deliveries started.
+func (d Deliveries) AllOrdered(ctx context.Context, db core.DBTX, outbox string) ([]OrderedDelivery, error) {
+	rows, err := db.QueryContext(ctx, "SELECT d.event_id, d.owner, d.started_ns, d.finished_ns, e.aggregate_id, e.seq FROM "+
+		d.table+" d JOIN "+outbox+" e ON e.event_id = d.event_id ORDER BY d.started_ns")
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []OrderedDelivery
+	for rows.Next() {
+		var o OrderedDelivery
+		var started, finished int64
+		if err := rows.Scan(&o.EventID, &o.Owner, &started, &finished, &o.AggregateID, &o.Seq); err != nil {
+			return nil, err
+		}
+		o.Started, o.Finished = time.Unix(0, started), time.Unix(0, finished)
+		out = append(out, o)
+	}
+	return out, rows.Err()
 }
 
 var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)

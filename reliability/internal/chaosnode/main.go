@@ -14,11 +14,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -42,6 +44,16 @@ type options struct {
 	lease, interval, work     time.Duration
 	maxAttempts               int
 	verbose                   bool
+	fail                      float64 // share of listener calls that fail
+
+	// both: the chaos aggregate type is ordered per key
+	ordered bool
+
+	// writer: with keys > 0, each event's key is one of keys at random, and
+	// every event of keys "0".."poisonKeys-1" is poison (its listener always
+	// fails); skew is added to each event's OccurredAt.
+	keys, poisonKeys int
+	skew             time.Duration
 
 	// writer
 	events, concurrency, perTx int
@@ -63,6 +75,11 @@ func main() {
 	flag.DurationVar(&o.work, "work", 0, "time the listener spends in its transaction, as business work would")
 	flag.IntVar(&o.maxAttempts, "max-attempts", 1000, "dispatcher MaxAttempts")
 	flag.BoolVar(&o.verbose, "v", false, "log the outbox's warnings to stderr")
+	flag.Float64Var(&o.fail, "fail", 0, "share of listener calls that fail (worker)")
+	flag.BoolVar(&o.ordered, "ordered", false, "deliver the events in order per key")
+	flag.IntVar(&o.keys, "keys", 0, "write each event to one of this many keys at random, 0 for a key per event (writer)")
+	flag.IntVar(&o.poisonKeys, "poison-keys", 0, "keys whose events always fail (writer)")
+	flag.DurationVar(&o.skew, "skew", 0, "added to each event's OccurredAt, as a host with a wrong clock would (writer)")
 	flag.IntVar(&o.events, "events", 1000, "events to write (writer)")
 	flag.IntVar(&o.concurrency, "concurrency", 4, "concurrent writing goroutines (writer)")
 	flag.IntVar(&o.perTx, "per-tx", 5, "events per business transaction (writer)")
@@ -93,7 +110,11 @@ func open(o options) (*sql.DB, store.SchemaManager, error) {
 		db.SetMaxOpenConns(o.workers + 3)
 		db.SetMaxIdleConns(o.workers + 3)
 	}
-	st, err := chaos.NewStore(o.dialect, o.table)
+	var ordering core.Ordering
+	if o.ordered {
+		ordering = core.Ordering{string(chaos.Aggregate): core.DeadBlocks}
+	}
+	st, err := chaos.NewOrderedStore(o.dialect, o.table, ordering)
 	if err != nil {
 		_ = db.Close()
 		return nil, nil, err
@@ -114,8 +135,21 @@ func runWorker(o options) error {
 	owner := core.NewOwner()
 	var delivered atomic.Int64
 	reg := core.NewRegistry()
-	err = reg.RegisterFunc(chaos.Aggregate, chaos.EventType,
-		chaos.RecordingListener(db, deliveries, func() string { return owner }, o.work, func() { delivered.Add(1) }))
+	record := chaos.RecordingListener(db, deliveries, func() string { return owner }, o.work, func() { delivered.Add(1) })
+	var failMu sync.Mutex
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid())))
+	err = reg.RegisterFunc(chaos.Aggregate, chaos.EventType, func(ctx context.Context, ev core.Event) error {
+		if bytes.Contains(ev.RawPayload(), []byte(`"poison":true`)) {
+			return errors.New("poison event")
+		}
+		failMu.Lock()
+		failed := rng.Float64() < o.fail
+		failMu.Unlock()
+		if failed {
+			return errors.New("injected listener failure")
+		}
+		return record(ctx, ev)
+	})
 	if err != nil {
 		return err
 	}
@@ -177,7 +211,8 @@ func runWriter(o options) error {
 		errMu                       sync.Mutex
 		firstErr                    error
 	)
-	for range o.concurrency {
+	for g := range o.concurrency {
+		keyRNG := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()*64+g)))
 		wg.Go(func() {
 			for {
 				n := int(next.Add(int64(o.perTx)))
@@ -195,10 +230,16 @@ func runWriter(o options) error {
 				}
 				envs := make([]core.Envelope, count)
 				for i := range envs {
+					key, poison := first+i, false
+					if o.keys > 0 {
+						key = keyRNG.IntN(o.keys)
+						poison = key < o.poisonKeys
+					}
 					env, err := core.NewEnvelope(core.EnvelopeSpec{
 						Type: chaos.EventType, AggregateType: chaos.Aggregate,
-						AggregateID: fmt.Sprint(first + i),
-						JSON:        fmt.Appendf(nil, `{"n":%d}`, first+i),
+						AggregateID: fmt.Sprint(key),
+						OccurredAt:  time.Now().Add(o.skew),
+						JSON:        fmt.Appendf(nil, `{"n":%d,"poison":%t}`, first+i, poison),
 					})
 					if err != nil {
 						errMu.Lock()

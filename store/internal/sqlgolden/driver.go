@@ -81,6 +81,15 @@ func (c *conn) QueryContext(_ context.Context, query string, _ []driver.NamedVal
 	switch {
 	case strings.HasPrefix(query, "SELECT event_id, event_type"):
 		return &rows{cols: eventColumns, vals: [][]driver.Value{pendingRow()}}, nil
+	case strings.HasPrefix(query, "SELECT event_id, aggregate_type, aggregate_id, seq"):
+		return &rows{cols: []string{"event_id", "aggregate_type", "aggregate_id", "seq"}, vals: [][]driver.Value{{"e-1", "Order", "o-1", int64(1)}}}, nil
+	case strings.HasPrefix(query, "SELECT aggregate_type, aggregate_id, seq"):
+		return &rows{cols: []string{"aggregate_type", "aggregate_id", "seq"}, vals: [][]driver.Value{{"Order", "o-1", int64(1)}}}, nil
+	case strings.Contains(query, "RETURNING last_seq") || strings.HasPrefix(query, "SELECT last_seq"):
+		// A new key: the write's first event is its head.
+		return &rows{cols: []string{"last_seq", "done_seq"}, vals: [][]driver.Value{{int64(2), int64(0)}}}, nil
+	case strings.HasPrefix(query, "UPDATE") && strings.Contains(query, "RETURNING event_id, event_type"):
+		return &rows{cols: eventColumns, vals: [][]driver.Value{pendingRow()}}, nil
 	case strings.HasPrefix(query, "SELECT COUNT(*) FROM information_schema"):
 		return &rows{cols: []string{"n"}, vals: [][]driver.Value{{int64(0)}}}, nil
 	case isLockQuery(query):
@@ -101,12 +110,12 @@ func (t tx) Commit() error   { t.r.add("COMMIT"); return nil }
 func (t tx) Rollback() error { t.r.add("ROLLBACK"); return nil }
 
 var eventColumns = strings.Split("event_id,event_type,aggregate_type,aggregate_id,tenant_id,payload,headers,"+
-	"status,attempts,available_at,created_at,done_at,last_error,locked_by,locked_at", ",")
+	"status,attempts,available_at,created_at,done_at,last_error,locked_by,locked_at,seq", ",")
 
 func pendingRow() []driver.Value {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	return []driver.Value{"e-1", "Tested", "Global", nil, nil, []byte(`{}`), nil,
-		int64(0), int64(0), at, at, nil, nil, nil, nil}
+		int64(0), int64(0), at, at, nil, nil, nil, nil, nil}
 }
 
 type rows struct {

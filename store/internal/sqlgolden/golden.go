@@ -33,6 +33,7 @@ type Store interface {
 	core.DoneDeleter
 	core.LeaseRenewer
 	core.Inspector
+	core.OrderedStore
 	CreateSchema(ctx context.Context, db core.DBTX) error
 }
 
@@ -139,6 +140,52 @@ var ops = []op{
 		_, _, err := st.CountPurgeable(ctx, db, core.PurgeParams{DoneBefore: now, DeadBefore: now})
 		return err
 	}},
+	{"stats", "CountByType", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.CountByType(ctx, db)
+		return err
+	}},
+}
+
+// orderedOps cover ordered delivery (core.OrderedStore), for a store whose
+// Ordering orders the aggregate type "Order"; they go to ordered.sql.
+var orderedOps = []op{
+	{"ordered", "InsertOrdered of two events of one key and one unordered event, in the caller's transaction", func(ctx context.Context, st Store, db core.DBTX) error {
+		envs := make([]core.Envelope, 3)
+		for i := range envs {
+			spec := core.EnvelopeSpec{ID: fmt.Sprintf("e-%d", i+1), Type: core.EventName("Tested"), OccurredAt: now, JSON: []byte(`{}`)}
+			if i < 2 {
+				spec.AggregateType, spec.AggregateID = core.AggregateName("Order"), "o-1"
+			}
+			e, err := core.NewEnvelope(spec)
+			if err != nil {
+				return err
+			}
+			envs[i] = e
+		}
+		tx, err := db.(core.TxBeginner).BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		_, err = st.InsertOrdered(ctx, tx, envs, core.InsertOptions{LeaseOwner: "owner", LeaseAt: now})
+		return err
+	}},
+	{"ordered", "MarkDoneOrdered of three events (one of them ordered)", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, _, err := st.MarkDoneOrdered(ctx, db, "owner", three, now)
+		return err
+	}},
+	{"ordered", "MarkDeadOrdered", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, _, err := st.MarkDeadOrdered(ctx, db, "owner", "e-1", now, "boom")
+		return err
+	}},
+	{"ordered", "SkipDead of three events", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.SkipDead(ctx, db, three, now)
+		return err
+	}},
+	{"ordered", "BlockedKeys by aggregate type", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, err := st.BlockedKeys(ctx, db, core.DeadFilter{AggregateType: "Order", Limit: 10})
+		return err
+	}},
 }
 
 // lockOps cover the named locks of the stores that have them (core.Locker).
@@ -181,6 +228,9 @@ func Record(st Store) map[string]string {
 	}
 	if _, ok := core.StoreAs[core.InsertNotifier](st); ok {
 		all = append(slices.Clip(all), notifierOps...)
+	}
+	if len(st.Ordering()) > 0 {
+		all = append(slices.Clip(all), orderedOps...)
 	}
 	for _, o := range all {
 		// The store's own error is irrelevant: the recorder answers only as

@@ -47,6 +47,31 @@ type Dialect struct {
 	// DDL is the schema template (see RenderDDL), embedded from the store's
 	// schema.sql. Statements end with ";" at the end of a line.
 	DDL string
+	// Migrations are the versioned migrations of the schema, oldest first,
+	// as templates like DDL (see ParseMigrations).
+	Migrations []MigrationTemplate
+	// UpgradeOrdering is the template of the statements that add ordered
+	// delivery (the seq column, its index and the key table) to a table
+	// made by DDL, embedded from the store's upgrade_ordering.sql.
+	// CreateSchema runs them after DDL, so that new and upgraded tables end
+	// up the same. A statement whose error IsAlreadyExists reports (a
+	// column or index added by an earlier run, where the database has no
+	// IF NOT EXISTS for it) is skipped.
+	UpgradeOrdering string
+	// IsAlreadyExists reports a "duplicate column" or "duplicate index"
+	// error. Default: never.
+	IsAlreadyExists func(error) bool
+	// NoReturning: the database has no RETURNING (MySQL); the ordered
+	// statements read back what they changed with a second statement.
+	NoReturning bool
+	// LockingRead is appended to a SELECT that must read the latest
+	// committed row and lock it ("FOR UPDATE"); "" where the database
+	// locks the whole database for a write transaction (SQLite).
+	LockingRead string
+	// ErrorAbortsTx: a failed statement aborts the whole transaction
+	// (PostgreSQL), so that the statements of one ordered write need no
+	// savepoint to stay all-or-nothing.
+	ErrorAbortsTx bool
 	// Quote quotes one identifier. Required.
 	Quote func(ident string) string
 	// Pending is the condition that selects rows waiting for delivery, written
@@ -119,6 +144,9 @@ func (d *Dialect) withDefaults() {
 	}
 	if d.MaxParams == 0 {
 		d.MaxParams = 32766
+	}
+	if d.IsAlreadyExists == nil {
+		d.IsAlreadyExists = func(error) bool { return false }
 	}
 	if d.IsRetryable == nil {
 		d.IsRetryable = func(error) bool { return false }

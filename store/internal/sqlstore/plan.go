@@ -8,7 +8,7 @@ import (
 
 // Statement is one SQL statement of a Store with sample arguments.
 type Statement struct {
-	Name string // "claim", "claim-read-back", "dead", "count-dead", "replay-dead" or "purge"
+	Name string // "claim", "claim-read-back", "dead", "count-dead", "replay-dead", "purge", "promote" or "promote-read"
 	SQL  string // in the dialect's bind-marker style
 	Args []any
 }
@@ -42,5 +42,13 @@ func PlanStatements(s *Store, now time.Time) []Statement {
 	out = append(out, Statement{"replay-dead", s.d.rebind(q), args})
 	q, args = s.purge(core.PurgeParams{DoneBefore: now.Add(-24 * time.Hour), DeadBefore: now.Add(-48 * time.Hour), Limit: 500})
 	out = append(out, Statement{"purge", s.d.rebind(q), args})
+	// Promotion of the next events of a batch's keys: by (key, seq), through
+	// the seq index.
+	promote, read := s.promoteStmts(2)
+	pargs := []any{p.Owner, s.ts(now), "Order", "K", int64(2), "Order", "L", int64(5)}
+	out = append(out, Statement{"promote", promote, pargs})
+	if s.d.NoReturning {
+		out = append(out, Statement{"promote-read", read, pargs})
+	}
 	return out
 }

@@ -11,7 +11,7 @@ import (
 
 // columns lists the outbox columns in the order scanEvent reads them.
 const columns = "event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, " +
-	"status, attempts, available_at, created_at, done_at, last_error, locked_by, locked_at"
+	"status, attempts, available_at, created_at, done_at, last_error, locked_by, locked_at, seq"
 
 // nullTime scans a timestamp whatever the driver hands over: time.Time
 // (pgx, MySQL with parseTime), or text (SQLite, MySQL without parseTime).
@@ -70,12 +70,13 @@ type row struct {
 	availableAt, createdAt, doneAt nullTime
 	lastError, lockedBy            sql.NullString
 	lockedAt                       nullTime
+	seq                            sql.NullInt64
 }
 
 func (r *row) dest() []any {
 	return []any{&r.id, &r.eventType, &r.aggregateType, &r.aggregateID, &r.tenantID, &r.payload,
 		&r.headers, &r.status, &r.attempts, &r.availableAt, &r.createdAt, &r.doneAt,
-		&r.lastError, &r.lockedBy, &r.lockedAt}
+		&r.lastError, &r.lockedBy, &r.lockedAt, &r.seq}
 }
 
 func (r *row) decode() (core.Event, error) {
@@ -107,7 +108,7 @@ func (r *row) decode() (core.Event, error) {
 		return core.Event{}, err
 	}
 	status := core.Status(r.status)
-	if status < core.StatusNew || status > core.StatusDead {
+	if status < core.StatusNew || status > core.StatusWaiting {
 		return core.Event{}, fmt.Errorf("status %d is not a known status", r.status)
 	}
 	return core.Event{
@@ -120,6 +121,7 @@ func (r *row) decode() (core.Event, error) {
 		LastError:   r.lastError.String,
 		LockedBy:    r.lockedBy.String,
 		LockedAt:    r.lockedAt.Time,
+		Seq:         r.seq.Int64,
 	}, nil
 }
 

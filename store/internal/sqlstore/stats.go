@@ -1,9 +1,12 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
+	"strings"
 
 	"github.com/outboxkit/outbox/core"
 )
@@ -37,6 +40,9 @@ func (s *Store) Stats(ctx context.Context, db core.DBTX) (core.Stats, error) {
 		return st, s.wrap("find oldest pending event", err)
 	}
 	st.OldestPending = oldest.Time
+	if err := s.orderedStats(ctx, db, &st); err != nil {
+		return st, s.wrap("stats", err)
+	}
 	return st, nil
 }
 
@@ -61,6 +67,58 @@ func (s *Store) CountPurgeable(ctx context.Context, db core.DBTX, p core.PurgePa
 		}
 	}
 	return done, dead, nil
+}
+
+// CountByType implements core.Inspector: one grouped count over the pending
+// rows and one over the DEAD rows, each through the index of its condition.
+func (s *Store) CountByType(ctx context.Context, db core.DBTX) ([]core.TypeCount, error) {
+	type key struct{ agg, typ string }
+	counts := map[key]*core.TypeCount{}
+	for _, where := range []string{s.d.Pending, s.d.Dead} {
+		err := func() error {
+			rows, err := db.QueryContext(ctx, "SELECT aggregate_type, event_type, status, COUNT(*) FROM "+s.qt+
+				" WHERE "+where+" GROUP BY aggregate_type, event_type, status")
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var (
+					k      key
+					status int
+					n      int64
+				)
+				if err := rows.Scan(&k.agg, &k.typ, &status, &n); err != nil {
+					return err
+				}
+				c := counts[k]
+				if c == nil {
+					c = &core.TypeCount{AggregateType: k.agg, EventType: k.typ}
+					counts[k] = c
+				}
+				switch core.Status(status) {
+				case core.StatusNew:
+					c.New += n
+				case core.StatusRetry:
+					c.Retry += n
+				case core.StatusDead:
+					c.Dead += n
+				}
+			}
+			return rows.Err()
+		}()
+		if err != nil {
+			return nil, s.wrap("count events by type", err)
+		}
+	}
+	out := make([]core.TypeCount, 0, len(counts))
+	for _, c := range counts {
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b core.TypeCount) int {
+		return cmp.Or(strings.Compare(a.AggregateType, b.AggregateType), strings.Compare(a.EventType, b.EventType))
+	})
+	return out, nil
 }
 
 var _ core.Inspector = (*Store)(nil)

@@ -31,6 +31,12 @@ type Store struct {
 
 	leases leaseClock // ClaimUpdateThenSelect
 
+	// Ordered delivery (ordered.go).
+	ordering           core.Ordering // nil: nothing ordered
+	keyUpsert, keyRead string        // keyRead: NoReturning only
+	keyAdvance         string
+	promoteFree        string
+
 	locks *namedLockStmts // nil without NamedLock
 }
 
@@ -45,7 +51,7 @@ func New(d Dialect, table TableName) *Store {
 		hint = " " + RenderDDL(d.ClaimIndexHint, table, d.Quote)
 	}
 	s.insertPrefix = "INSERT INTO " + s.qt + " (event_id, event_type, aggregate_type, aggregate_id, tenant_id, " +
-		"payload, headers, status, attempts, available_at, created_at, locked_by, locked_at) VALUES "
+		"payload, headers, status, attempts, available_at, created_at, locked_by, locked_at, seq) VALUES "
 	fence := " WHERE event_id = ? AND locked_by = ? AND status IN (0, 2)"
 	s.markDone = d.rebind("UPDATE " + s.qt + " SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL" + fence)
 	s.markRetry = d.rebind("UPDATE " + s.qt + " SET status = 2, attempts = attempts + 1, available_at = ?, " +
@@ -65,6 +71,9 @@ func New(d Dialect, table TableName) *Store {
 	// Sorted in Go: the database would sort them too, as they are found by
 	// lease, not in delivery order.
 	s.claimReadBack = d.rebind("SELECT " + columns + " FROM " + s.qt + " WHERE locked_by = ? AND locked_at = ?")
+	s.orderedStmts()
+	s.promoteFree = d.rebind("UPDATE " + s.qt + " SET status = 0, locked_by = NULL, locked_at = NULL " +
+		"WHERE aggregate_type = ? AND aggregate_id = ? AND seq = ? AND status = 4")
 	return s
 }
 
@@ -72,13 +81,29 @@ func New(d Dialect, table TableName) *Store {
 // a schema.
 func (s *Store) Table() string { return s.table.String() }
 
-// SchemaSQL returns the DDL that creates the table and its indexes, for
-// migration tools. Running it twice is harmless.
+// KeyTable returns the table of the per-key counters of ordered delivery,
+// schema-qualified when it has a schema.
+func (s *Store) KeyTable() string { return s.table.KeyTable().String() }
+
+// SchemaSQL returns the DDL that creates the table and its indexes, then the
+// statements that add ordered delivery to it (UpgradeOrderingSQL), for
+// migration tools.
 func (s *Store) SchemaSQL() string {
-	return strings.Join(SplitStatements(RenderDDL(s.d.DDL, s.table, s.d.Quote)), ";\n\n") + ";\n"
+	stmts := SplitStatements(RenderDDL(s.d.DDL, s.table, s.d.Quote))
+	stmts = append(stmts, SplitStatements(RenderDDL(s.d.UpgradeOrdering, s.table, s.d.Quote))...)
+	return strings.Join(stmts, ";\n\n") + ";\n"
 }
 
-// CreateSchema creates the table and its indexes if they do not exist.
+// UpgradeOrderingSQL returns the statements that add ordered delivery (the
+// seq column, its index and the key table) to a table created by an earlier
+// release's DDL.
+func (s *Store) UpgradeOrderingSQL() string {
+	return strings.Join(SplitStatements(RenderDDL(s.d.UpgradeOrdering, s.table, s.d.Quote)), ";\n\n") + ";\n"
+}
+
+// CreateSchema creates the table and its indexes if they do not exist, and
+// adds ordered delivery to a table that lacks it. Running it again, on a
+// table it made or on one of an earlier release, is harmless.
 func (s *Store) CreateSchema(ctx context.Context, db core.DBTX) error {
 	if s.d.DDL == "" {
 		return fmt.Errorf("create schema: dialect %s has no DDL", s.d.Name)
@@ -86,6 +111,11 @@ func (s *Store) CreateSchema(ctx context.Context, db core.DBTX) error {
 	for _, stmt := range SplitStatements(RenderDDL(s.d.DDL, s.table, s.d.Quote)) {
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("create schema: %w", err)
+		}
+	}
+	for _, stmt := range SplitStatements(RenderDDL(s.d.UpgradeOrdering, s.table, s.d.Quote)) {
+		if _, err := db.ExecContext(ctx, stmt); err != nil && !s.d.IsAlreadyExists(err) {
+			return fmt.Errorf("create schema: add ordered delivery: %w", err)
 		}
 	}
 	return nil
@@ -127,41 +157,77 @@ func (s *Store) retry(ctx context.Context, db core.DBTX, fn func() error) error 
 	}
 }
 
-const insertCols = 13
+const insertCols = 14
 
-// Insert implements core.Store.
-//
-// Every envelope is validated before anything is written. A batch too large
-// for one statement is written in several, atomically: in a transaction of
-// its own when db is a pool, or under a savepoint when db is the caller's
-// transaction, so that a failure in a later statement (a duplicate id, say)
-// leaves none of the batch behind and the caller's transaction usable.
+// Insert implements core.Store: InsertOrdered without the list of waiting
+// events.
 func (s *Store) Insert(ctx context.Context, db core.DBTX, envs []core.Envelope, opts core.InsertOptions) error {
+	_, err := s.InsertOrdered(ctx, db, envs, opts)
+	return err
+}
+
+// InsertOrdered implements core.OrderedStore.
+//
+// Every envelope is validated before anything is written. Ordered envelopes
+// (see core.Ordering) first take their sequence numbers from their keys'
+// counter rows, one upsert per key in key order, which locks each key's row
+// until the transaction ends (see ordered.go). A batch too large for one
+// statement, or an ordered write where a failed statement leaves the
+// transaction usable, is written atomically: in a transaction of its own
+// when db is a pool, or under a savepoint when db is the caller's
+// transaction, so that a failure in a later statement (a duplicate id, say)
+// leaves none of the batch behind, no sequence number taken without its
+// event, and the caller's transaction usable.
+func (s *Store) InsertOrdered(ctx context.Context, db core.DBTX, envs []core.Envelope, opts core.InsertOptions) (core.InsertResult, error) {
 	bytes := 0
 	for _, env := range envs {
 		if err := env.Validate(); err != nil {
-			return fmt.Errorf("insert event %s: %w", env.ID(), err)
+			return core.InsertResult{}, fmt.Errorf("insert event %s: %w", env.ID(), err)
 		}
 		bytes += env.PayloadLen()
 	}
-	if len(envs) <= s.maxInsertRows() && bytes <= maxInsertBytes {
-		return s.insert(ctx, db, envs, opts)
+	keys, err := s.orderedKeys(envs)
+	if err != nil {
+		return core.InsertResult{}, err
+	}
+	fits := len(envs) <= s.maxInsertRows() && bytes <= maxInsertBytes
+	var res core.InsertResult
+	write := func(tx core.DBTX) error {
+		plan, w, err := s.allocate(ctx, tx, envs, keys)
+		if err != nil {
+			return err
+		}
+		res.Waiting = w
+		if plan != nil {
+			res.Seqs = make([]int64, len(plan))
+			for i, p := range plan {
+				res.Seqs[i] = p.seq
+			}
+		}
+		return s.insert(ctx, tx, envs, plan, opts)
+	}
+	if fits && (len(keys) == 0 || s.d.ErrorAbortsTx) {
+		if _, isPool := db.(core.TxBeginner); !isPool || len(keys) == 0 {
+			err := write(db)
+			return res, err
+		}
 	}
 	if _, isPool := db.(core.TxBeginner); isPool {
-		return inTxOpts(ctx, db, nil, func(tx core.DBTX) error { return s.insert(ctx, tx, envs, opts) })
+		err := inTxOpts(ctx, db, nil, write)
+		return res, err
 	}
 	const sp = "outbox_insert"
 	if _, err := db.ExecContext(ctx, "SAVEPOINT "+sp); err != nil {
-		return s.wrap("insert events", err)
+		return core.InsertResult{}, s.wrap("insert events", err)
 	}
-	if err := s.insert(ctx, db, envs, opts); err != nil {
+	if err := write(db); err != nil {
 		if _, rerr := db.ExecContext(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT "+sp); rerr != nil {
-			return errors.Join(err, s.wrap("roll back partial insert", rerr))
+			return core.InsertResult{}, errors.Join(err, s.wrap("roll back partial insert", rerr))
 		}
-		return err
+		return core.InsertResult{}, err
 	}
-	_, err := db.ExecContext(ctx, "RELEASE SAVEPOINT "+sp)
-	return s.wrap("insert events", err)
+	_, err = db.ExecContext(ctx, "RELEASE SAVEPOINT "+sp)
+	return res, s.wrap("insert events", err)
 }
 
 // maxInsertBytes caps the payload bytes of one INSERT statement.
@@ -169,8 +235,10 @@ const maxInsertBytes = 4 << 20
 
 func (s *Store) maxInsertRows() int { return min(s.d.MaxParams/insertCols, 1000) }
 
-// insert writes envs in as few multi-row statements as the limits allow.
-func (s *Store) insert(ctx context.Context, db core.DBTX, envs []core.Envelope, opts core.InsertOptions) error {
+// insert writes envs in as few multi-row statements as the limits allow;
+// plan, when not nil, gives each envelope's status and sequence number.
+// Waiting rows are never leased.
+func (s *Store) insert(ctx context.Context, db core.DBTX, envs []core.Envelope, plan []rowPlan, opts core.InsertOptions) error {
 	var lockedBy, lockedAt any
 	if opts.LeaseOwner != "" {
 		at := opts.LeaseAt
@@ -192,7 +260,7 @@ func (s *Store) insert(ctx context.Context, db core.DBTX, envs []core.Envelope, 
 		args, rows, bytes = args[:0], 0, 0
 		return s.wrap("insert events", err)
 	}
-	for _, env := range envs {
+	for i, env := range envs {
 		headers, err := encodeHeaders(env.RawHeaders())
 		if err != nil {
 			return err
@@ -211,10 +279,17 @@ func (s *Store) insert(ctx context.Context, db core.DBTX, envs []core.Envelope, 
 		} else {
 			sb.WriteString(", ")
 		}
-		sb.WriteString("(?, ?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?, ?)")
+		sb.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)")
+		status, seq, by, at := core.StatusNew, any(nil), lockedBy, lockedAt
+		if plan != nil && plan[i].seq != 0 {
+			status, seq = plan[i].status, plan[i].seq
+			if status == core.StatusWaiting {
+				by, at = nil, nil
+			}
+		}
 		args = append(args, env.ID(), env.Type(), env.AggregateType(), nullIfEmpty(env.AggregateID()),
-			nullIfEmpty(env.TenantID()), payload, headers, s.ts(env.AvailableAt()), s.ts(env.OccurredAt()),
-			lockedBy, lockedAt)
+			nullIfEmpty(env.TenantID()), payload, headers, int16(status), s.ts(env.AvailableAt()), s.ts(env.OccurredAt()),
+			by, at, seq)
 		rows++
 		bytes += len(payload)
 	}
@@ -798,3 +873,8 @@ type notFound struct{}
 
 func (notFound) Error() string   { return core.ErrNotFound.Error() }
 func (notFound) Unwrap() []error { return []error{core.ErrNotFound, sql.ErrNoRows} }
+
+// BaseDDL returns the statements of the dialect's DDL alone, without the
+// ordered-delivery upgrade: what CreateSchema ran before ordered delivery
+// existed, for the upgrade tests.
+func (s *Store) BaseDDL() []string { return SplitStatements(RenderDDL(s.d.DDL, s.table, s.d.Quote)) }

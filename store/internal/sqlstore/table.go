@@ -77,9 +77,17 @@ func (t TableName) IndexName(suffix string) string {
 	return fmt.Sprintf("%s_%08x_%s", t.Name[:keep], h.Sum32(), suffix)
 }
 
+// KeyTable returns the table of the per-key sequence counters of ordered
+// delivery: the table's name with the suffix "_key" (shortened with a hash
+// as IndexName does), in the same schema.
+func (t TableName) KeyTable() TableName {
+	return TableName{Schema: t.Schema, Name: t.IndexName("key")}
+}
+
 // RenderDDL substitutes the table into a DDL template. The template refers to
-// {{table}} (the quoted, qualified table), {{name}} (the unquoted bare name)
-// and {{index:SUFFIX}} (a quoted index name).
+// {{table}} (the quoted, qualified table), {{name}} (the unquoted bare name),
+// {{keytable}} (the quoted, qualified KeyTable) and {{index:SUFFIX}} (a
+// quoted index name).
 func RenderDDL(tmpl string, t TableName, q func(string) string) string {
 	var b strings.Builder
 	for {
@@ -100,6 +108,8 @@ func RenderDDL(tmpl string, t TableName, q func(string) string) string {
 			b.WriteString(t.Quoted(q))
 		case key == "name":
 			b.WriteString(t.Name)
+		case key == "keytable":
+			b.WriteString(t.KeyTable().Quoted(q))
 		case strings.HasPrefix(key, "index:"):
 			b.WriteString(q(t.IndexName(strings.TrimPrefix(key, "index:"))))
 		default:

@@ -29,12 +29,18 @@ type Method struct {
 var Methods = []Method{
 	{"Table", "", "", "string",
 		"returns the table this store works on, schema-qualified when it has a\nschema."},
+	{"KeyTable", "", "", "string",
+		"returns the table of the per-key counters of ordered delivery,\nschema-qualified when it has a schema: the table's name with \"_key\"\nappended (shortened with a hash beyond 63 bytes)."},
 	{"SchemaSQL", "", "", "string",
 		"returns the DDL that creates the table and its indexes, for migration tools.\nRunning it twice is harmless."},
+	{"UpgradeOrderingSQL", "", "", "string",
+		"returns the statements that add ordered delivery (the seq column, its\nindex and the key table) to a table created by an earlier release, for\nmigration tools."},
 	{"CreateSchema", "ctx context.Context, db core.DBTX", "ctx, db", "error",
-		"creates the table and its indexes if they do not exist."},
+		"creates the table and its indexes if they do not exist, and adds ordered\ndelivery to a table of an earlier release that lacks it. Running it again\nis harmless."},
 	{"Insert", "ctx context.Context, db core.DBTX, envs []core.Envelope, opts core.InsertOptions", "ctx, db, envs, opts", "error",
 		"validates envs and writes them as NEW rows in multi-row statements. A\nbatch too large for one statement is still written atomically: in a\ntransaction of its own when db is a pool, under a savepoint when db is the\ncaller's transaction. A duplicate event id returns an error matching\ncore.ErrDuplicateEvent. It implements core.Store."},
+	{"InsertOrdered", "ctx context.Context, db core.DBTX, envs []core.Envelope, opts core.InsertOptions", "ctx, db, envs, opts", "(core.InsertResult, error)",
+		"is Insert that also takes the sequence numbers of the ordered envelopes\n(see core.Ordering) and returns them, with the ids of those it stored WAITING. An\nordered envelope without an aggregate id returns an error matching\ncore.ErrInvalid, and nothing is written. It implements core.OrderedStore."},
 	{"Claim", "ctx context.Context, db core.DBTX, p core.ClaimParams", "ctx, db, p", "(events []core.Event, bad []core.RowError, err error)",
 		"leases up to p.Limit deliverable rows for p.Owner in (created_at,\nevent_id) order and returns them; rows that cannot be decoded come back in\nbad. It implements core.Store."},
 	{"Release", "ctx context.Context, db core.DBTX, owner string, ids []string", "ctx, db, owner, ids", "(int64, error)",
@@ -53,6 +59,16 @@ var Methods = []Method{
 		"deletes the rows of the delivered ids owner still leases and returns how\nmany it deleted. It implements core.DoneDeleter."},
 	{"RenewLeases", "ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time", "ctx, db, owner, ids, now", "([]string, error)",
 		"extends to now the leases owner still holds on ids and returns the ids\nwhose lease is gone. It implements core.LeaseRenewer."},
+	{"Ordering", "", "", "core.Ordering",
+		"returns the aggregate types this store delivers in order per key; nil\nwhen none. It implements core.OrderedStore."},
+	{"MarkDoneOrdered", "ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time", "ctx, db, owner, ids, now", "(int64, []core.Event, error)",
+		"records the delivery of the ids owner still leases and, in the same\ntransaction, promotes the next event of each ordered one's key, leased by\nowner; it returns how many rows it marked DONE and the promoted events. It\nimplements core.OrderedStore."},
+	{"MarkDeadOrdered", "ctx context.Context, db core.DBTX, owner, id string, now time.Time, lastErr string", "ctx, db, owner, id, now, lastErr", "(bool, []core.Event, error)",
+		"records the final failure of id if owner still leases it and, when its\naggregate type's policy is core.DeadContinues, promotes the next event of\nits key, leased by owner. It implements core.OrderedStore."},
+	{"BlockedKeys", "ctx context.Context, db core.DBTX, f core.DeadFilter", "ctx, db, f", "([]core.BlockedKey, error)",
+		"lists the keys held up by a DEAD head, oldest first. It implements\ncore.OrderedStore."},
+	{"SkipDead", "ctx context.Context, db core.DBTX, ids []string, now time.Time", "ctx, db, ids, now", "(int64, error)",
+		"moves the keys of the DEAD ordered heads ids past them without delivering\nthem and returns how many keys it moved; the events stay DEAD. It\nimplements core.OrderedStore."},
 	{"QueryDead", "ctx context.Context, db core.DBTX, f core.DeadFilter", "ctx, db, f", "([]core.Event, error)",
 		"returns the DEAD events matching f, oldest first. It implements\ncore.DeadStore."},
 	{"CountDead", "ctx context.Context, db core.DBTX, f core.DeadFilter", "ctx, db, f", "(int64, error)",
@@ -63,15 +79,19 @@ var Methods = []Method{
 		"replays up to limit DEAD events matching f, oldest first, and returns how\nmany it moved. It implements core.DeadStore."},
 	{"Purge", "ctx context.Context, db core.DBTX, p core.PurgeParams", "ctx, db, p", "(int64, error)",
 		"deletes up to p.Limit terminal rows selected by p, oldest first, in one\nstatement, and returns how many it deleted. It implements core.Purger."},
+	{"PurgeKeys", "ctx context.Context, db core.DBTX, before time.Time, limit int", "ctx, db, before, limit", "(int64, error)",
+		"deletes up to limit rows of the key table of ordered delivery whose keys\nhave no event left (all finished, and their rows purged) and were last\nwritten or finished before before, and returns how many it deleted. A\nwriter of such a key concurrently is safe. It implements purge.KeyPurger."},
 	{"Stats", "ctx context.Context, db core.DBTX", "ctx, db", "(core.Stats, error)",
 		"counts the rows by state and finds the oldest pending one. It implements\ncore.Inspector."},
 	{"CountPurgeable", "ctx context.Context, db core.DBTX, p core.PurgeParams", "ctx, db, p", "(done, dead int64, err error)",
 		"counts the DONE and DEAD rows a Purge with p would delete, ignoring\np.Limit. It implements core.Inspector."},
+	{"CountByType", "ctx context.Context, db core.DBTX", "ctx, db", "([]core.TypeCount, error)",
+		"counts the NEW, RETRY and DEAD rows of each (aggregate type, event\ntype), ordered by aggregate type and event type. It implements\ncore.Inspector."},
 }
 
 // Capabilities are the interfaces every dialect Store implements; the
 // generated file asserts them at compile time.
-var Capabilities = []string{"core.Store", "core.BatchMarker", "core.DoneDeleter", "core.LeaseRenewer", "core.Inspector"}
+var Capabilities = []string{"core.Store", "core.BatchMarker", "core.DoneDeleter", "core.LeaseRenewer", "core.Inspector", "core.OrderedStore"}
 
 // LockMethods are the methods of core.Locker, generated for the dialects
 // whose database has named locks (Dialect.Locks).

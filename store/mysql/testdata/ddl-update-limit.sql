@@ -21,5 +21,15 @@ CREATE TABLE IF NOT EXISTS `outbox_event` (
     ,
     KEY `outbox_event_lease` (locked_by, locked_at)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+ALTER TABLE `outbox_event` ADD COLUMN seq BIGINT NULL;
+CREATE INDEX `outbox_event_seq` ON `outbox_event` (aggregate_type, aggregate_id, seq);
+CREATE TABLE IF NOT EXISTS `outbox_event_key` (
+    aggregate_type VARCHAR(64)  NOT NULL,
+    aggregate_id   VARCHAR(128) NOT NULL,
+    last_seq       BIGINT       NOT NULL,
+    done_seq       BIGINT       NOT NULL,
+    updated_at     DATETIME(6)  NOT NULL,
+    PRIMARY KEY (aggregate_type, aggregate_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND index_name = ?;
 CREATE INDEX `outbox_event_lease` ON `outbox_event` (locked_by, locked_at);

@@ -19,3 +19,13 @@ CREATE TABLE IF NOT EXISTS `outbox_event` (
     PRIMARY KEY (event_id),
     KEY `outbox_event_lane` (lane, created_at, event_id, available_at)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+ALTER TABLE `outbox_event` ADD COLUMN seq BIGINT NULL;
+CREATE INDEX `outbox_event_seq` ON `outbox_event` (aggregate_type, aggregate_id, seq);
+CREATE TABLE IF NOT EXISTS `outbox_event_key` (
+    aggregate_type VARCHAR(64)  NOT NULL,
+    aggregate_id   VARCHAR(128) NOT NULL,
+    last_seq       BIGINT       NOT NULL,
+    done_seq       BIGINT       NOT NULL,
+    updated_at     DATETIME(6)  NOT NULL,
+    PRIMARY KEY (aggregate_type, aggregate_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

@@ -1,8 +1,8 @@
 -- QueryDead, no filter
-SELECT event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, status, attempts, available_at, created_at, done_at, last_error, locked_by, locked_at FROM `outbox_event` WHERE lane = 3 ORDER BY created_at, event_id LIMIT ?;
+SELECT event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, status, attempts, available_at, created_at, done_at, last_error, locked_by, locked_at, seq FROM `outbox_event` WHERE lane = 3 ORDER BY created_at, event_id LIMIT ?;
 
 -- QueryDead by event and aggregate type
-SELECT event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, status, attempts, available_at, created_at, done_at, last_error, locked_by, locked_at FROM `outbox_event` WHERE lane = 3 AND event_type = ? AND aggregate_type = ? ORDER BY created_at, event_id LIMIT ?;
+SELECT event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, status, attempts, available_at, created_at, done_at, last_error, locked_by, locked_at, seq FROM `outbox_event` WHERE lane = 3 AND event_type = ? AND aggregate_type = ? ORDER BY created_at, event_id LIMIT ?;
 
 -- CountDead by event type
 SELECT COUNT(*) FROM `outbox_event` WHERE lane = 3 AND event_type = ?;

@@ -22,3 +22,14 @@ CREATE INDEX IF NOT EXISTS "outbox_event_dead" ON "outbox_event" (created_at, ev
     WHERE status = 3;
 CREATE INDEX IF NOT EXISTS "outbox_event_done" ON "outbox_event" (done_at)
     WHERE done_at IS NOT NULL;
+ALTER TABLE "outbox_event" ADD COLUMN IF NOT EXISTS seq BIGINT;
+CREATE UNIQUE INDEX IF NOT EXISTS "outbox_event_seq" ON "outbox_event" (aggregate_type, aggregate_id, seq)
+    WHERE seq IS NOT NULL;
+CREATE TABLE IF NOT EXISTS "outbox_event_key" (
+    aggregate_type VARCHAR(64)  NOT NULL,
+    aggregate_id   VARCHAR(128) NOT NULL,
+    last_seq       BIGINT       NOT NULL,
+    done_seq       BIGINT       NOT NULL,
+    updated_at     TIMESTAMPTZ  NOT NULL,
+    PRIMARY KEY (aggregate_type, aggregate_id)
+);

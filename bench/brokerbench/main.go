@@ -1,0 +1,373 @@
+// Command brokerbench measures the "outbox to broker" workload: how fast a
+// backlog of pending events drains through a publisher into NATS JetStream
+// and RabbitMQ, against a raw asynchronous publish loop to the same broker
+// in the same run, and the commit-to-acknowledgement latency of events
+// written live. It is a module of its own so that the root module, and its
+// bench, need no broker client.
+//
+//	go run ./bench/brokerbench                 # both brokers, SQLite outbox
+//	go run ./bench/brokerbench -broker jetstream -db postgres -n 50000
+//
+// Each run makes its own stream, exchange, queue and outbox table, with
+// unique names, and deletes them at the end. Kafka is not measured: no
+// Kafka server can run on the project's machines (its tests use kfake).
+package main
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/dispatch"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
+	"github.com/outboxkit/outbox/poller"
+	"github.com/outboxkit/outbox/store/postgres"
+	"github.com/outboxkit/outbox/store/sqlite"
+	"github.com/outboxkit/outbox/txctx"
+)
+
+var (
+	flagBroker  = flag.String("broker", "jetstream,rabbitmq", "brokers to measure, comma-separated")
+	flagDB      = flag.String("db", "sqlite", "outbox database: sqlite or postgres (OUTBOX_POSTGRES_DSN)")
+	flagN       = flag.Int("n", 20000, "events in the backlog and messages in the raw loop")
+	flagLive    = flag.Int("live", 2000, "events written live for the latency figures")
+	flagWorkers = flag.Int("workers", 128, "dispatcher workers (publishes in flight)")
+	flagWindow  = flag.Int("window", 4096, "the raw loop's publishes awaiting their ack")
+	flagRounds  = flag.Int("rounds", 2, "raw and outbox runs, alternated")
+	flagBatch   = flag.Int("poll-batch", 500, "poller batch size")
+	flagProfile = flag.String("cpuprofile", "", "write a CPU profile of the outbox runs to this file")
+)
+
+// target is one broker: a raw loop, and a listener that publishes to it.
+type target interface {
+	Name() string
+	Raw(ctx context.Context, n, window int, payload []byte) error
+	Listener() core.Listener
+	Count(ctx context.Context) (int, error) // messages the broker holds for this run
+	Reset(ctx context.Context) error        // empty what the last run left
+	Close()
+}
+
+func main() {
+	flag.Parse()
+	log.SetFlags(0)
+	ctx := context.Background()
+	payload := []byte(`{"order_id":"o-123456","customer":"c-98765","total_cents":125000,"currency":"EUR","items":[{"sku":"A-1","qty":2},{"sku":"B-7","qty":1}],"note":"benchmark payload of about two hundred bytes"}`)
+	fmt.Printf("outbox to broker: %d events, %d workers, %s outbox, GOMAXPROCS %d, %s\n\n",
+		*flagN, *flagWorkers, *flagDB, runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
+	fmt.Println("| broker | run | msgs/s | ratio | per round | commit-to-ack p50 ms | p99 ms | max ms |")
+	fmt.Println("|---|---|---:|---:|---|---:|---:|---:|")
+	failed := false
+	for name := range strings.SplitSeq(*flagBroker, ",") {
+		tg, err := open(ctx, name)
+		if err != nil {
+			log.Printf("%s: skipped: %v", name, err)
+			failed = failed || errors.Is(err, errBadFlag)
+			continue
+		}
+		if err := measure(ctx, tg, payload); err != nil {
+			log.Printf("%s: %v", name, err)
+			failed = true
+		}
+		tg.Close()
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+var errBadFlag = errors.New("bad flag")
+
+func open(ctx context.Context, name string) (target, error) {
+	switch name {
+	case "jetstream":
+		return openJetStream(ctx, cmp.Or(os.Getenv("OUTBOX_NATS_URL"), "nats://127.0.0.1:4222"))
+	case "rabbitmq":
+		return openRabbitMQ(ctx, cmp.Or(os.Getenv("OUTBOX_AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/"))
+	}
+	return nil, fmt.Errorf("%w: unknown broker %q", errBadFlag, name)
+}
+
+func measure(ctx context.Context, tg target, payload []byte) error {
+	var rawRates, obRates, noopRates []float64
+	var rawTotal, obTotal, noopTotal time.Duration
+	var lat []time.Duration
+	for round := range *flagRounds {
+		if err := tg.Reset(ctx); err != nil {
+			return err
+		}
+		start := time.Now()
+		if err := tg.Raw(ctx, *flagN, *flagWindow, payload); err != nil {
+			return fmt.Errorf("raw loop: %w", err)
+		}
+		d := time.Since(start)
+		rawTotal += d
+		rawRates = append(rawRates, float64(*flagN)/d.Seconds())
+		if n, err := tg.Count(ctx); err != nil || n != *flagN {
+			return fmt.Errorf("raw loop: broker holds %d messages, want %d (%v)", n, *flagN, err)
+		}
+
+		if err := tg.Reset(ctx); err != nil {
+			return err
+		}
+		d, l, err := outboxRun(ctx, tg, payload, round == 0, false)
+		if err != nil {
+			return fmt.Errorf("outbox run: %w", err)
+		}
+		obTotal += d
+		obRates = append(obRates, float64(*flagN)/d.Seconds())
+		lat = append(lat, l...)
+		if n, err := tg.Count(ctx); err != nil || n < *flagN {
+			return fmt.Errorf("outbox run: broker holds %d messages, want %d (%v)", n, *flagN, err)
+		}
+
+		// The same drain with a listener that publishes nothing: the
+		// outbox's own ceiling on this database, which bounds the ratio.
+		d, _, err = outboxRun(ctx, tg, payload, false, true)
+		if err != nil {
+			return fmt.Errorf("outbox run, no-op listener: %w", err)
+		}
+		noopTotal += d
+		noopRates = append(noopRates, float64(*flagN)/d.Seconds())
+	}
+	raw := float64(*flagN**flagRounds) / rawTotal.Seconds()
+	ob := float64(*flagN**flagRounds) / obTotal.Seconds()
+	fmt.Printf("| %s | raw async publish | %.0f | 1.00 | %s | | | |\n", tg.Name(), raw, rates(rawRates))
+	slices.Sort(lat)
+	fmt.Printf("| %s | outbox backlog drain | %.0f | %.2f | %s | %s | %s | %s |\n", tg.Name(), ob, ob/raw, rates(obRates),
+		ms(pct(lat, 50)), ms(pct(lat, 99)), ms(pct(lat, 100)))
+	noop := float64(*flagN**flagRounds) / noopTotal.Seconds()
+	fmt.Printf("| %s | outbox drain, no-op listener (ceiling) | %.0f | %.2f | %s | | | |\n", tg.Name(), noop, noop/raw, rates(noopRates))
+	return nil
+}
+
+func rates(r []float64) string {
+	s := make([]string, len(r))
+	for i, v := range r {
+		s[i] = fmt.Sprintf("%.0f", v)
+	}
+	return strings.Join(s, " / ")
+}
+
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := (len(sorted)*p + 99) / 100
+	return sorted[min(max(i-1, 0), len(sorted)-1)]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+
+// outboxRun fills a fresh outbox table with n pending events, starts an
+// outbox whose every event goes to tg's publisher, and times the drain from
+// the start until the last acknowledgement; then (with live) writes
+// flagLive events one transaction each and returns their commit-to-ack
+// latencies.
+func outboxRun(ctx context.Context, tg target, payload []byte, live, noop bool) (time.Duration, []time.Duration, error) {
+	db, st, cleanup, err := openOutbox(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer cleanup()
+	w, err := core.NewWriter(core.WriterConfig{Store: st})
+	if err != nil {
+		return 0, nil, err
+	}
+	for done := 0; done < *flagN; {
+		batch := min(1000, *flagN-done)
+		envs := make([]core.Envelope, batch)
+		for i := range envs {
+			envs[i], err = core.NewEnvelope(core.EnvelopeSpec{Type: core.EventName("OrderPlaced"),
+				AggregateType: core.AggregateName("Order"), AggregateID: fmt.Sprintf("o-%d", (done+i)%1000), JSON: payload})
+			if err != nil {
+				return 0, nil, err
+			}
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return 0, nil, err
+		}
+		if _, err := w.WriteAllTx(ctx, tx, envs); err != nil {
+			_ = tx.Rollback()
+			return 0, nil, err
+		}
+		if err := tx.Commit(); err != nil {
+			return 0, nil, err
+		}
+		done += batch
+	}
+
+	var acked atomic.Int64
+	progress := make(chan struct{}, 1)
+	waitAcked := func(want int64, limit time.Duration) error {
+		deadline := time.After(limit)
+		for acked.Load() < want {
+			select {
+			case <-progress:
+			case <-deadline:
+				return fmt.Errorf("%d of %d acknowledged after %s", acked.Load(), want, limit)
+			}
+		}
+		return nil
+	}
+	var commitAt sync.Map // event id -> time.Time, live phase only
+	var latMu sync.Mutex
+	var lat []time.Duration
+	pub := tg.Listener()
+	if noop {
+		pub = core.ListenerFunc(func(context.Context, core.Event) error { return nil })
+	}
+	listener := core.ListenerFunc(func(ctx context.Context, ev core.Event) error {
+		if err := pub.Handle(ctx, ev); err != nil {
+			return err
+		}
+		now := time.Now()
+		if t0, ok := commitAt.Load(ev.ID()); ok {
+			latMu.Lock()
+			lat = append(lat, now.Sub(t0.(time.Time)))
+			latMu.Unlock()
+		}
+		acked.Add(1)
+		select {
+		case progress <- struct{}{}:
+		default:
+		}
+		return nil
+	})
+	reg := core.NewRegistry()
+	if err := reg.RegisterFallback(listener); err != nil {
+		return 0, nil, err
+	}
+	ob, err := outbox.New(outbox.Config{DB: db, Store: st, Registry: reg,
+		Dispatch: dispatch.Config{Workers: *flagWorkers, ColdQueueSize: 4 * *flagBatch},
+		Poller:   poller.Config{BatchSize: *flagBatch, Interval: time.Second},
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	if *flagProfile != "" && !noop {
+		f, err := os.Create(*flagProfile)
+		if err != nil {
+			return 0, nil, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return 0, nil, err
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
+	start := time.Now()
+	if err := ob.Start(ctx); err != nil {
+		return 0, nil, err
+	}
+	defer ob.Close(context.WithoutCancel(ctx))
+	if err := waitAcked(int64(*flagN), 10*time.Minute); err != nil {
+		return 0, nil, fmt.Errorf("drain: %w", err)
+	}
+	drain := time.Since(start)
+	if !live {
+		return drain, nil, nil
+	}
+
+	// Live: one transaction per event, 8 writers, through the hot path.
+	var wg sync.WaitGroup
+	var werr atomic.Value
+	per := *flagLive / 8
+	for range 8 {
+		wg.Go(func() {
+			for range per {
+				env, err := core.NewEnvelope(core.EnvelopeSpec{Type: core.EventName("OrderPlaced"),
+					AggregateType: core.AggregateName("Order"), AggregateID: "live", JSON: payload})
+				if err != nil {
+					werr.Store(err)
+					return
+				}
+				err = ob.Do(ctx, func(ctx context.Context) error {
+					tx, _ := txctx.From(ctx)
+					// Registered before the writer's hook: it runs first
+					// after COMMIT, before the hot path hands the event on.
+					tx.AfterCommit(func(context.Context) { commitAt.Store(env.ID(), time.Now()) })
+					_, err := ob.Writer().Write(ctx, env)
+					return err
+				})
+				if err != nil {
+					werr.Store(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, ok := werr.Load().(error); ok {
+		return 0, nil, err
+	}
+	if err := waitAcked(int64(*flagN+per*8), 2*time.Minute); err != nil {
+		return 0, nil, fmt.Errorf("live: %w", err)
+	}
+	latMu.Lock()
+	defer latMu.Unlock()
+	return drain, slices.Clone(lat), nil
+}
+
+func openOutbox(ctx context.Context) (*sql.DB, testdb.Store, func(), error) {
+	table := testdb.UniqueName("bench_broker")
+	var db *sql.DB
+	var st testdb.Store
+	var err error
+	cleanup := func() {}
+	switch *flagDB {
+	case "sqlite":
+		dir, derr := os.MkdirTemp("", "brokerbench")
+		if derr != nil {
+			return nil, nil, nil, derr
+		}
+		cleanup = func() { _ = os.RemoveAll(dir) }
+		db, err = sqlite.Open(filepath.Join(dir, "outbox.db"))
+		if err == nil {
+			st, err = sqlite.New(sqlite.Config{Table: table})
+		}
+	case "postgres":
+		dsn := os.Getenv("OUTBOX_POSTGRES_DSN")
+		if dsn == "" {
+			return nil, nil, nil, fmt.Errorf("%w: -db postgres needs OUTBOX_POSTGRES_DSN", errBadFlag)
+		}
+		db, err = postgres.Open(dsn)
+		if err == nil {
+			db.SetMaxOpenConns(*flagWorkers/4 + 8)
+			st, err = postgres.New(postgres.Config{Table: table})
+		}
+	default:
+		return nil, nil, nil, fmt.Errorf("%w: unknown -db %q", errBadFlag, *flagDB)
+	}
+	if err != nil {
+		cleanup()
+		return nil, nil, nil, err
+	}
+	if err := st.CreateSchema(ctx, db); err != nil {
+		_ = db.Close()
+		cleanup()
+		return nil, nil, nil, err
+	}
+	prev := cleanup
+	cleanup = func() {
+		_ = testdb.DropTable(context.WithoutCancel(ctx), db, st)
+		_ = db.Close()
+		prev()
+	}
+	return db, st, cleanup, nil
+}

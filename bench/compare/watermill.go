@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// wm is watermill-sql as its documentation uses it for an outbox: a
+// Publisher made on the business transaction publishes into the topic's
+// table, and one Subscriber of a consumer group reads it, acking each
+// message. The default schema and offsets adapters of the dialect.
+type wm struct {
+	base
+	topic  string
+	poll   time.Duration
+	schema wsql.SchemaAdapter
+	offs   wsql.OffsetsAdapter
+	sub    *wsql.Subscriber
+	cdb    interface{ Close() error }
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func (w *wm) setup(ctx context.Context, srv *server, writers int) error {
+	if err := w.setupBase(ctx, srv, writers); err != nil {
+		return err
+	}
+	w.topic = uniqueName("wm")
+	if srv.pg() {
+		w.schema, w.offs = wsql.DefaultPostgreSQLSchema{}, wsql.DefaultPostgreSQLOffsetsAdapter{}
+		w.extra = append(w.extra, `"watermill_`+w.topic+`"`, `"watermill_offsets_`+w.topic+`"`)
+	} else {
+		w.schema, w.offs = wsql.DefaultMySQLSchema{}, wsql.DefaultMySQLOffsetsAdapter{}
+		w.extra = append(w.extra, "`watermill_"+w.topic+"`", "`watermill_offsets_"+w.topic+"`")
+	}
+	// The subscriber creates the topic's tables: the publishers on
+	// transactions must not (DDL would commit the transaction).
+	sub, err := w.newSubscriber(w.db)
+	if err != nil {
+		return err
+	}
+	if err := sub.SubscribeInitialize(w.topic); err != nil {
+		return fmt.Errorf("watermill schema: %w", err)
+	}
+	return sub.Close()
+}
+
+func (w *wm) newSubscriber(db wsql.SQLBeginner) (*wsql.Subscriber, error) {
+	return wsql.NewSubscriber(wsql.BeginnerFromStdSQL(db), wsql.SubscriberConfig{
+		ConsumerGroup:    "bench",
+		PollInterval:     w.poll,
+		SchemaAdapter:    w.schema,
+		OffsetsAdapter:   w.offs,
+		InitializeSchema: true,
+	}, watermill.NopLogger{})
+}
+
+func (w *wm) msg(i int) *message.Message { return message.NewMessage(eventID(i), payload(i)) }
+
+func (w *wm) write(ctx context.Context, i int, rec *recorder) error {
+	return w.inTx(ctx, i, rec, func(tx *sql.Tx) error {
+		pub, err := wsql.NewPublisher(wsql.TxFromStdSQL(tx), wsql.PublisherConfig{SchemaAdapter: w.schema}, watermill.NopLogger{})
+		if err != nil {
+			return err
+		}
+		return pub.Publish(w.topic, w.msg(i))
+	})
+}
+
+func (w *wm) fill(ctx context.Context, n int) error {
+	pub, err := wsql.NewPublisher(wsql.BeginnerFromStdSQL(w.db), wsql.PublisherConfig{SchemaAdapter: w.schema}, watermill.NopLogger{})
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	const chunk = 500
+	msgs := make([]*message.Message, 0, chunk)
+	for i := range n {
+		msgs = append(msgs, w.msg(i))
+		if len(msgs) == chunk || i == n-1 {
+			if err := pub.Publish(w.topic, msgs...); err != nil {
+				return err
+			}
+			msgs = msgs[:0]
+		}
+	}
+	return nil
+}
+
+func (w *wm) start(ctx context.Context, rec *recorder) error {
+	db, err := w.srv.open(4)
+	if err != nil {
+		return err
+	}
+	w.cdb = db
+	if w.sub, err = w.newSubscriber(db); err != nil {
+		return err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	w.cancel = cancel
+	msgs, err := w.sub.Subscribe(sctx, w.topic)
+	if err != nil {
+		return err
+	}
+	w.wg.Go(func() {
+		for m := range msgs {
+			n, _ := eventNo(m.UUID)
+			rec.deliver(n)
+			m.Ack()
+		}
+	})
+	return nil
+}
+
+func (w *wm) stop(context.Context) error {
+	if w.sub == nil {
+		return nil
+	}
+	w.cancel()
+	err := w.sub.Close()
+	w.wg.Wait()
+	w.sub = nil
+	_ = w.cdb.Close()
+	return err
+}
+
+func (w *wm) teardown(ctx context.Context) { w.teardownBase(ctx) }

@@ -1,0 +1,124 @@
+// Package txhooks holds the callbacks of one transaction for the
+// transactions that carry outbox writes (package txctx for database/sql,
+// and the ORM integrations): registered while the transaction is active,
+// then run once, in registration order, when it ends, each on its own so
+// that a panic is logged and the others still run.
+package txhooks
+
+import (
+	"context"
+	"fmt"
+	"runtime/debug"
+	"sync"
+
+	"github.com/rs/zerolog"
+)
+
+// State is where a transaction is in its life.
+type State uint8
+
+const (
+	Active State = iota
+	Committed
+	RolledBack
+)
+
+func (s State) String() string {
+	switch s {
+	case Active:
+		return "active"
+	case Committed:
+		return "committed"
+	default:
+		return "rolled back"
+	}
+}
+
+// Hooks is the callback set of one transaction. Its zero value is an active
+// transaction with no callbacks and a silent logger; it is safe for
+// concurrent use.
+type Hooks struct {
+	// Log receives late registrations (warn) and callback panics (error).
+	Log zerolog.Logger
+	// Prefix starts each log message, e.g. "txctx".
+	Prefix string
+
+	mu            sync.Mutex
+	state         State
+	afterCommit   []func(context.Context)
+	afterRollback []func(context.Context)
+}
+
+// AfterCommit registers fn to run once after a successful COMMIT. On an
+// ended transaction fn never runs and the registration is logged. A nil fn
+// is ignored.
+func (h *Hooks) AfterCommit(fn func(ctx context.Context)) {
+	h.register("AfterCommit", &h.afterCommit, fn)
+}
+
+// AfterRollback registers fn to run once after a rollback or a failed
+// COMMIT. On an ended transaction fn never runs and the registration is
+// logged. A nil fn is ignored.
+func (h *Hooks) AfterRollback(fn func(ctx context.Context)) {
+	h.register("AfterRollback", &h.afterRollback, fn)
+}
+
+func (h *Hooks) register(method string, list *[]func(context.Context), fn func(context.Context)) {
+	if fn == nil {
+		return
+	}
+	h.mu.Lock()
+	state := h.state
+	if state == Active {
+		*list = append(*list, fn)
+	}
+	h.mu.Unlock()
+	if state != Active {
+		h.Log.Warn().Str("method", method).Str("state", state.String()).
+			Msg(h.Prefix + ": callback registered on an ended transaction is dropped")
+	}
+}
+
+// State returns the transaction's state.
+func (h *Hooks) State() State {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.state
+}
+
+// Ended reports whether the transaction has committed or rolled back.
+func (h *Hooks) Ended() bool { return h.State() != Active }
+
+// Finish marks the transaction ended and runs the callbacks of its outcome
+// with ctx: the after-commit ones when committed, the after-rollback ones
+// otherwise. Only the first call does anything.
+func (h *Hooks) Finish(ctx context.Context, committed bool) {
+	h.mu.Lock()
+	if h.state != Active {
+		h.mu.Unlock()
+		return
+	}
+	run, stage := h.afterRollback, "after rollback"
+	h.state = RolledBack
+	if committed {
+		run, stage = h.afterCommit, "after commit"
+		h.state = Committed
+	}
+	h.afterCommit, h.afterRollback = nil, nil
+	h.mu.Unlock()
+	for i, fn := range run {
+		h.call(ctx, stage, i, fn)
+	}
+}
+
+// call runs one callback; a panic is logged so that the others still run.
+func (h *Hooks) call(ctx context.Context, stage string, i int, fn func(context.Context)) {
+	defer func() {
+		if r := recover(); r != nil {
+			h.Log.Error().Str("stage", stage).Int("callback", i).
+				Err(fmt.Errorf("panic: %v", r)).Str("stack", string(debug.Stack())).
+				Msg(h.Prefix + ": transaction callback panicked")
+		}
+	}()
+	fn(ctx)
+}

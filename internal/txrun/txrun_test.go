@@ -1,0 +1,158 @@
+package txrun_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/rs/zerolog"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/txrun"
+	"github.com/outboxkit/outbox/store/sqlite"
+)
+
+func openDB(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "t.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	if _, err := db.Exec("CREATE TABLE items (id TEXT PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func beginOn(db *sql.DB) func(ctx context.Context) (txrun.Begun, error) {
+	return func(ctx context.Context) (txrun.Begun, error) {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return txrun.Begun{}, err
+		}
+		return txrun.Begun{End: tx, Exec: tx, ORM: tx, Key: db}, nil
+	}
+}
+
+func count(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM items").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestDoCommitRollbackPanicJoin(t *testing.T) {
+	db := openDB(t)
+	ctx := context.Background()
+	var got []string
+	insert := func(id string) func(ctx context.Context, tx *txrun.Tx) error {
+		return func(ctx context.Context, tx *txrun.Tx) error {
+			if c, ok := core.TxFromContext(ctx); !ok || c != core.Tx(tx) {
+				t.Errorf("ctx does not carry the transaction")
+			}
+			tx.AfterCommit(func(context.Context) { got = append(got, "commit "+id) })
+			tx.AfterRollback(func(context.Context) { got = append(got, "rollback "+id) })
+			_, err := tx.ExecContext(ctx, "INSERT INTO items (id) VALUES (?)", id)
+			return err
+		}
+	}
+
+	if err := txrun.Do(ctx, db, beginOn(db), insert("a")); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	err := txrun.Do(ctx, db, beginOn(db), func(ctx context.Context, tx *txrun.Tx) error {
+		if err := insert("b")(ctx, tx); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want boom", err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("panic did not go on")
+			}
+		}()
+		_ = txrun.Do(ctx, db, beginOn(db), func(ctx context.Context, tx *txrun.Tx) error {
+			_ = insert("c")(ctx, tx)
+			panic("listener bug")
+		})
+	}()
+	// Joined: the inner Do neither begins (SQLite has one connection: a
+	// second BEGIN would wait forever) nor ends the transaction.
+	err = txrun.Do(ctx, db, beginOn(db), func(ctx context.Context, outer *txrun.Tx) error {
+		return txrun.Do(ctx, db, beginOn(db), func(ctx context.Context, inner *txrun.Tx) error {
+			if inner != outer {
+				t.Error("inner Do did not join")
+			}
+			return insert("d")(ctx, inner)
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"commit a", "rollback b", "rollback c", "commit d"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("callbacks = %q, want %q", got, want)
+	}
+	if n := count(t, db); n != 2 {
+		t.Fatalf("rows = %d, want 2 (a, d)", n)
+	}
+}
+
+func TestDoCancelledAndFailedCommit(t *testing.T) {
+	db := openDB(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	called := false
+	err := txrun.Do(ctx, db, beginOn(db), func(context.Context, *txrun.Tx) error { called = true; return nil })
+	if !errors.Is(err, context.Canceled) || called {
+		t.Fatalf("cancelled ctx: err = %v, fn called %v", err, called)
+	}
+
+	// A COMMIT that fails runs the after-rollback callbacks only.
+	var got []string
+	err = txrun.Do(context.Background(), db, beginOn(db), func(ctx context.Context, tx *txrun.Tx) error {
+		tx.AfterCommit(func(context.Context) { got = append(got, "commit") })
+		tx.AfterRollback(func(context.Context) { got = append(got, "rollback") })
+		// Ending the transaction behind Do's back makes its COMMIT fail.
+		return tx.ORM().(*sql.Tx).Rollback()
+	})
+	if !errors.Is(err, sql.ErrTxDone) || !slices.Equal(got, []string{"rollback"}) {
+		t.Fatalf("failed commit: err = %v, callbacks %q", err, got)
+	}
+	if err := txrun.Do(context.Background(), db, beginOn(db), nil); !errors.Is(err, core.ErrInvalid) {
+		t.Fatalf("nil fn: err = %v", err)
+	}
+}
+
+// An integration that ends transactions itself calls Finish; only the first
+// call runs callbacks (GORM calls Rollback after a failed Commit).
+func TestFinishOnce(t *testing.T) {
+	db := openDB(t)
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	tr := txrun.NewTx(tx, nil, zerolog.Nop())
+	var got []string
+	tr.AfterCommit(func(context.Context) { got = append(got, "commit") })
+	tr.AfterRollback(func(context.Context) { got = append(got, "rollback") })
+	tr.Finish(context.Background(), false)
+	tr.Finish(context.Background(), true)
+	tr.AfterCommit(func(context.Context) { got = append(got, "late") }) // dropped
+	tr.Finish(context.Background(), true)
+	if !slices.Equal(got, []string{"rollback"}) || !tr.Ended() {
+		t.Fatalf("callbacks = %q, ended %v; want one rollback", got, tr.Ended())
+	}
+}

@@ -1,0 +1,345 @@
+package reliability
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testsupport/ordercheck"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
+	"github.com/outboxkit/outbox/reliability/internal/chaos"
+)
+
+// orderedRun is one ordered crash scenario.
+type orderedRun struct {
+	crashRun
+	events, keys int
+	rate         float64 // events per second, all writers together
+	fail         float64 // share of listener calls that fail
+	poisonKeys   int     // keys "0".."poisonKeys-1" hold only poison events
+}
+
+// TestCrashOrdered: ordered delivery per key through SIGKILLs. Three worker
+// processes deliver; three writer processes write the same keys at once,
+// without locking them, one of them with its clock 10 s behind (OccurredAt,
+// hence created_at, off by -10 s, so that created_at order and commit order
+// disagree); 5% of listener calls fail; a random worker is killed every ~2 s
+// and restarted. The order checker, fed with the deliveries the listeners
+// recorded, must see no call of a key's event before its predecessor's
+// successful call finished, and none going back; every event must be DONE and
+// delivered.
+func TestCrashOrdered(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range []string{"postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			r := newOrderedRun(t, dialect)
+			r.events, r.keys, r.rate, r.fail = cfg.orderedEvents, cfg.orderedKeys, cfg.orderedRate, 0.05
+			runOrderedCrash(t, r)
+		})
+	}
+}
+
+// TestCrashOrderedPoison: as TestCrashOrdered, with every event of a few keys
+// poison (its listener always fails, so that the key's head goes DEAD after
+// three attempts) and no other failures: those keys are blocked, their later
+// events wait, BlockedKeys lists exactly them, and every other key is done.
+func TestCrashOrderedPoison(t *testing.T) {
+	t.Parallel()
+	for _, dialect := range []string{"postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			r := newOrderedRun(t, dialect)
+			r.events, r.keys, r.rate, r.poisonKeys = cfg.orderedEvents/2, cfg.orderedKeys, cfg.orderedRate, 5
+			runOrderedCrash(t, r)
+		})
+	}
+}
+
+func newOrderedRun(t *testing.T, dialect string) *orderedRun {
+	tg := testdb.Open(t, dialect)
+	env := testdb.PostgresEnv
+	if dialect == "mysql" {
+		env = testdb.MySQLEnv
+	}
+	return &orderedRun{crashRun: crashRun{
+		dialect: dialect, dsn: os.Getenv(env), db: tg.DB, outbox: tg.Table,
+		workersPer: 4, lease: 5 * time.Second, work: 5 * time.Millisecond, coldQueue: 100,
+	}}
+}
+
+func runOrderedCrash(t *testing.T, r *orderedRun) {
+	ctx := context.Background()
+	var err error
+	r.deliveries, err = chaos.NewDeliveries(r.dialect, testdb.UniqueName("deliv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.deliveries.Create(ctx, r.db); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := cleanupCtx()
+		defer cancel()
+		if err := r.deliveries.Drop(ctx, r.db); err != nil {
+			t.Error(err)
+		}
+	})
+	maxAttempts := "1000"
+	if r.poisonKeys > 0 {
+		maxAttempts = "3"
+	}
+	startWorker := func(n int) *proc {
+		p := startProc(t, fmt.Sprintf("worker-%d", n), "-role", "worker", "-ordered", "-dialect", r.dialect, "-dsn", r.dsn,
+			"-table", r.outbox, "-deliveries", r.deliveries.Table(), "-workers", fmt.Sprint(r.workersPer),
+			"-lease", r.lease.String(), "-interval", "100ms", "-cold", fmt.Sprint(r.coldQueue), "-work", r.work.String(),
+			"-fail", fmt.Sprint(r.fail), "-max-attempts", maxAttempts, "-v")
+		p.owner = strings.TrimPrefix(p.line(t, "ready ", time.Minute), "ready ")
+		return p
+	}
+
+	start := time.Now()
+	workers := make([]*proc, 3)
+	var all []*proc
+	for i := range workers {
+		workers[i] = startWorker(len(all))
+		all = append(all, workers[i])
+	}
+	const writerProcs = 3
+	writers := make([]*proc, writerProcs)
+	for i := range writers {
+		skew := "0s"
+		if i == 0 {
+			skew = "-10s"
+		}
+		writers[i] = startProc(t, fmt.Sprintf("writer-%d", i), "-role", "writer", "-ordered", "-dialect", r.dialect,
+			"-dsn", r.dsn, "-table", r.outbox, "-events", fmt.Sprint(r.events/writerProcs),
+			"-rate", fmt.Sprint(r.rate/writerProcs), "-concurrency", "4", "-per-tx", "2",
+			"-keys", fmt.Sprint(r.keys), "-poison-keys", fmt.Sprint(r.poisonKeys), "-skew", skew)
+	}
+	events := r.events / writerProcs * writerProcs
+
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
+	jitter := func() time.Duration { return time.Duration(float64(cfg.crashKillEvery) * (0.5 + rng.Float64())) }
+	timer := time.NewTimer(jitter())
+	defer timer.Stop()
+	kills := 0
+	// The writers' exit channels, each set to nil (which never fires) once
+	// it has fired.
+	exited := make([]<-chan struct{}, writerProcs)
+	for i, w := range writers {
+		exited[i] = w.exited
+	}
+	running := writerProcs
+	for running > 0 || kills < cfg.crashMinKills {
+		select {
+		case <-exited[0]:
+			exited[0], running = nil, running-1
+		case <-exited[1]:
+			exited[1], running = nil, running-1
+		case <-exited[2]:
+			exited[2], running = nil, running-1
+		case <-timer.C:
+			i := rng.IntN(len(workers))
+			workers[i].kill()
+			<-workers[i].exited
+			checkRaces(t, workers[i])
+			kills++
+			workers[i] = startWorker(len(all))
+			all = append(all, workers[i])
+			timer.Reset(jitter())
+		}
+	}
+	var retries, ambiguous int
+	for _, w := range writers {
+		checkRaces(t, w)
+		l := w.line(t, "written=", time.Second)
+		if w.err != nil {
+			t.Fatalf("%s: %v; stderr:\n%s", w.name, w.err, w.stderr.String())
+		}
+		var n, rt, amb int
+		if _, err := fmt.Sscanf(l, "written=%d retries=%d ambiguous=%d", &n, &rt, &amb); err != nil {
+			t.Fatalf("%s output %q: %v", w.name, l, err)
+		}
+		if n != r.events/writerProcs {
+			t.Fatalf("%s wrote %d events, want %d", w.name, n, r.events/writerProcs)
+		}
+		retries, ambiguous = retries+rt, ambiguous+amb
+	}
+	writeTime := time.Since(start)
+
+	// Poison keys: every event of them is in the table; their heads go DEAD
+	// and the rest wait.
+	var poisonKeys []string
+	for k := range r.poisonKeys {
+		poisonKeys = append(poisonKeys, strconv.Itoa(k))
+	}
+	poisonEvents, poisonUsed := 0, 0
+	if len(poisonKeys) > 0 {
+		q := "SELECT COUNT(*), COUNT(DISTINCT aggregate_id) FROM " + r.outbox + " WHERE aggregate_id IN ('" +
+			strings.Join(poisonKeys, "', '") + "')"
+		if err := r.db.QueryRowContext(ctx, q).Scan(&poisonEvents, &poisonUsed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, 5*time.Minute, 200*time.Millisecond, fmt.Sprintf("%d DONE rows, %d DEAD", events-poisonEvents, poisonUsed),
+		func() (bool, error) {
+			c, err := chaos.StatusCounts(ctx, r.db, r.outbox)
+			return err == nil && c[core.StatusDone] == events-poisonEvents && c[core.StatusDead] == poisonUsed, err
+		})
+	total := time.Since(start)
+	for _, w := range workers {
+		w.stop(t, time.Minute)
+	}
+
+	counts, err := chaos.StatusCounts(ctx, r.db, r.outbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[core.Status]int{core.StatusDone: events - poisonEvents}
+	if poisonUsed > 0 {
+		want[core.StatusDead] = poisonUsed
+	}
+	if poisonEvents > poisonUsed {
+		want[core.StatusWaiting] = poisonEvents - poisonUsed
+	}
+	for s, n := range want {
+		if counts[s] != n {
+			t.Errorf("rows by status %v, want %v", counts, want)
+			break
+		}
+	}
+	if len(counts) != len(want) {
+		t.Errorf("rows by status %v, want %v", counts, want)
+	}
+	ds, err := r.deliveries.AllOrdered(ctx, r.db, r.outbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	violations, first, calls := checkOrder(ds)
+	lost, err := r.deliveries.Lost(ctx, r.db, r.outbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost -= poisonEvents // never delivered, by design
+	delivered := map[string]bool{}
+	for _, d := range ds {
+		delivered[d.EventID] = true
+	}
+	if len(poisonKeys) > 0 {
+		st, err := chaos.NewOrderedStore(r.dialect, r.outbox, core.Ordering{string(chaos.Aggregate): core.DeadBlocks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocked, err := st.(core.OrderedStore).BlockedKeys(ctx, r.db, core.DeadFilter{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		waiting := 0
+		for _, b := range blocked {
+			got = append(got, b.AggregateID)
+			waiting += int(b.Waiting)
+		}
+		slices.Sort(got)
+		var wantKeys []string
+		for _, k := range poisonKeys {
+			var n int
+			if err := r.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+r.outbox+" WHERE aggregate_id = '"+k+"'").Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if n > 0 {
+				wantKeys = append(wantKeys, k)
+			}
+		}
+		slices.Sort(wantKeys)
+		if !slices.Equal(got, wantKeys) || waiting != poisonEvents-poisonUsed {
+			t.Errorf("blocked keys %v with %d waiting events, want %v with %d", got, waiting, wantKeys, poisonEvents-poisonUsed)
+		}
+		t.Logf("poison: %d keys blocked with %d waiting events behind them", len(got), waiting)
+	}
+	t.Logf("ordered crash %s (%s): %d events over %d keys from %d writer processes (one 10 s behind) in %s (written in %s), "+
+		"%d kills, %.0f%% listener failures, %d successful listener calls (%d distinct events), %d order violations, %d lost, "+
+		"writer retries %d (ambiguous commits %d)",
+		r.dialect, cfg.name, events, r.keys, writerProcs, total.Round(100*time.Millisecond), writeTime.Round(100*time.Millisecond),
+		kills, r.fail*100, calls, len(delivered), violations, lost, retries, ambiguous)
+	if violations > 0 {
+		t.Errorf("%d order violations; first: %s", violations, strings.Join(first, "\n"))
+	}
+	if lost != 0 {
+		t.Errorf("%d events lost (DONE without a recorded delivery)", lost)
+	}
+	if kills < cfg.crashMinKills {
+		t.Errorf("only %d kills, want at least %d", kills, cfg.crashMinKills)
+	}
+}
+
+// checkOrder replays the recorded deliveries, each a successful listener
+// call, through the order checker, by time: a call's start and finish are
+// two points, and at a tie the finish comes first (a successor may start the
+// instant its predecessor finished).
+func checkOrder(ds []chaos.OrderedDelivery) (violations int, first []string, calls int) {
+	type point struct {
+		at    time.Time
+		start bool
+		d     chaos.OrderedDelivery
+	}
+	pts := make([]point, 0, 2*len(ds))
+	for _, d := range ds {
+		pts = append(pts, point{d.Started, true, d}, point{d.Finished, false, d})
+	}
+	slices.SortStableFunc(pts, func(a, b point) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		switch {
+		case a.start == b.start:
+			return 0
+		case a.start:
+			return 1
+		default:
+			return -1
+		}
+	})
+	c := ordercheck.New()
+	for _, p := range pts {
+		if p.start {
+			c.Start(p.d.AggregateID, p.d.Seq)
+		} else {
+			c.Finish(p.d.AggregateID, p.d.Seq, true)
+		}
+	}
+	n, vs := c.Violations()
+	return n, vs[:min(len(vs), 10)], c.Calls()
+}
+
+// TestCheckOrder: the replay of recorded deliveries reports a successor
+// started before its predecessor finished, and accepts a redelivery of a
+// finished head and a successor starting the instant its predecessor ended.
+func TestCheckOrder(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	d := func(key string, seq int64, from, to int) chaos.OrderedDelivery {
+		return chaos.OrderedDelivery{Delivery: chaos.Delivery{EventID: fmt.Sprint(key, seq, from), Started: at(from), Finished: at(to)},
+			AggregateID: key, Seq: seq}
+	}
+	good := []chaos.OrderedDelivery{d("a", 1, 0, 10), d("a", 1, 12, 20), d("a", 2, 20, 30), d("b", 1, 5, 40), d("b", 2, 41, 42)}
+	if n, vs, calls := checkOrder(good); n != 0 || calls != 5 {
+		t.Errorf("in-order deliveries: %d violations %v, %d calls", n, vs, calls)
+	}
+	overlap := []chaos.OrderedDelivery{d("a", 1, 0, 10), d("a", 2, 9, 30)}
+	if n, _, _ := checkOrder(overlap); n != 1 {
+		t.Errorf("successor started before its predecessor finished: %d violations, want 1", n)
+	}
+	back := []chaos.OrderedDelivery{d("a", 1, 0, 10), d("a", 2, 11, 20), d("a", 1, 21, 22)}
+	if n, _, _ := checkOrder(back); n != 1 {
+		t.Errorf("call going back to an earlier event: %d violations, want 1", n)
+	}
+}

@@ -1,0 +1,641 @@
+package sqlstore
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// Ordered delivery per key.
+//
+// The key table holds one row per key (aggregate type, aggregate id) of an
+// ordered aggregate type: last_seq, the sequence number of the key's last
+// written event, and done_seq, that of the last one finished (DONE, or DEAD
+// under core.DeadContinues, or skipped). A key's events are seq
+// done_seq+1 .. last_seq; done_seq+1 is its head.
+//
+//   - A write upserts the key's row, adding its n events to last_seq. The
+//     upsert locks the row until the writing transaction ends, so two
+//     writers of one key serialise there, and seq order is commit order;
+//     within a write, seq follows write order. Keys are locked in sorted
+//     order, so one write never deadlocks with itself; two transactions
+//     writing the same keys in opposite orders can deadlock, and the
+//     database aborts one of them.
+//   - The first event of the write is the key's head when every earlier
+//     event has finished (done_seq equals last_seq before the write): it is
+//     inserted NEW, as an unordered event is (leased by its writer for the
+//     hot path). Every other is inserted WAITING, which no claim reads.
+//   - Finishing the head, fenced by its lease owner, updates done_seq from
+//     seq-1 to seq, which takes the key's row lock and so waits for a
+//     writer of the key to commit; only then, in a later statement (a new
+//     snapshot under READ COMMITTED, a locking read under MySQL), is the
+//     event seq+1 promoted from WAITING to NEW, leased by the finisher. So
+//     a successor written concurrently is either seen and promoted, or is
+//     written after done_seq moved and inserted NEW.
+
+// rowPlan is the status and sequence number of one envelope of a write; seq
+// 0 for unordered envelopes.
+type rowPlan struct {
+	status core.Status
+	seq    int64
+}
+
+// orderKey is one key of ordered events.
+type orderKey struct{ aggType, aggID string }
+
+func compareKeys(a, b orderKey) int {
+	return cmp.Or(strings.Compare(a.aggType, b.aggType), strings.Compare(a.aggID, b.aggID))
+}
+
+// WithOrdering sets the aggregate types whose events s delivers in order per
+// key, and returns s. Call it before s is used. A bad ordering returns an
+// error matching core.ErrInvalid.
+func (s *Store) WithOrdering(o core.Ordering) (*Store, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if len(o) > 0 {
+		s.ordering = make(core.Ordering, len(o))
+		for k, v := range o {
+			s.ordering[k] = v
+		}
+	}
+	return s, nil
+}
+
+// Ordering implements core.OrderedStore. The map is the store's own: callers
+// must not change it.
+func (s *Store) Ordering() core.Ordering { return s.ordering }
+
+// orderedKeys returns the keys of the ordered envelopes of envs, sorted, with
+// how many envelopes each has; an ordered envelope without an aggregate id is
+// an error matching core.ErrInvalid.
+func (s *Store) orderedKeys(envs []core.Envelope) ([]keyCount, error) {
+	if len(s.ordering) == 0 {
+		return nil, nil
+	}
+	var counts map[orderKey]int
+	for _, env := range envs {
+		if _, ok := s.ordering.Ordered(env.AggregateType()); !ok {
+			continue
+		}
+		if env.AggregateID() == "" {
+			return nil, core.Invalid("aggregate id", "event %s is of ordered aggregate type %q and has no aggregate id", env.ID(), env.AggregateType())
+		}
+		if counts == nil {
+			counts = make(map[orderKey]int)
+		}
+		counts[orderKey{env.AggregateType(), env.AggregateID()}]++
+	}
+	keys := make([]keyCount, 0, len(counts))
+	for k, n := range counts {
+		keys = append(keys, keyCount{k, n})
+	}
+	slices.SortFunc(keys, func(a, b keyCount) int { return compareKeys(a.key, b.key) })
+	return keys, nil
+}
+
+type keyCount struct {
+	key orderKey
+	n   int
+}
+
+// allocate takes the sequence numbers of the ordered envelopes of envs (keys
+// are their keys, sorted) and returns each envelope's plan and the ids of
+// those to insert WAITING. It returns nil, nil when nothing is ordered.
+func (s *Store) allocate(ctx context.Context, db core.DBTX, envs []core.Envelope, keys []keyCount) ([]rowPlan, []string, error) {
+	if len(keys) == 0 {
+		return nil, nil, nil
+	}
+	type alloc struct {
+		next int64 // the next seq to hand out
+		head bool  // the next one handed out is the key's head
+	}
+	allocs := make(map[orderKey]*alloc, len(keys))
+	now := s.ts(time.Now())
+	for _, k := range keys {
+		last, done, err := s.takeSeqs(ctx, db, k.key, k.n, now)
+		if err != nil {
+			return nil, nil, s.wrap("take sequence numbers", err)
+		}
+		first := last - int64(k.n) + 1
+		allocs[k.key] = &alloc{next: first, head: done == first-1}
+	}
+	plan := make([]rowPlan, len(envs))
+	var waiting []string
+	for i, env := range envs {
+		a, ok := allocs[orderKey{env.AggregateType(), env.AggregateID()}]
+		if !ok {
+			continue
+		}
+		plan[i] = rowPlan{status: core.StatusWaiting, seq: a.next}
+		if a.head {
+			plan[i].status = core.StatusNew
+			a.head = false
+		} else {
+			waiting = append(waiting, env.ID())
+		}
+		a.next++
+	}
+	return plan, waiting, nil
+}
+
+// takeSeqs adds n to key's last_seq (creating its row) and returns last_seq
+// and done_seq after the change. It locks the key's row until db's
+// transaction ends.
+func (s *Store) takeSeqs(ctx context.Context, db core.DBTX, k orderKey, n int, now any) (last, done int64, err error) {
+	if s.d.NoReturning {
+		if _, err := db.ExecContext(ctx, s.keyUpsert, k.aggType, k.aggID, n, now, n, now); err != nil {
+			return 0, 0, err
+		}
+		err = db.QueryRowContext(ctx, s.keyRead, k.aggType, k.aggID).Scan(&last, &done)
+		return last, done, err
+	}
+	err = db.QueryRowContext(ctx, s.keyUpsert, k.aggType, k.aggID, n, now).Scan(&last, &done)
+	return last, done, err
+}
+
+// orderedStmts prepares the texts of the ordered statements.
+func (s *Store) orderedStmts() {
+	kt := s.table.KeyTable().Quoted(s.d.Quote)
+	cols := "(aggregate_type, aggregate_id, last_seq, done_seq, updated_at) VALUES (?, ?, ?, 0, ?)"
+	if s.d.NoReturning {
+		s.keyUpsert = s.d.rebind("INSERT INTO " + kt + " " + cols +
+			" ON DUPLICATE KEY UPDATE last_seq = last_seq + ?, updated_at = ?")
+		s.keyRead = s.d.rebind("SELECT last_seq, done_seq FROM " + kt +
+			" WHERE aggregate_type = ? AND aggregate_id = ?" + lockingRead(s.d))
+	} else {
+		s.keyUpsert = s.d.rebind("INSERT INTO " + kt + " AS k " + cols +
+			" ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_seq = k.last_seq + excluded.last_seq, " +
+			"updated_at = excluded.updated_at RETURNING last_seq, done_seq")
+	}
+	s.keyAdvance = s.d.rebind("UPDATE " + kt + " SET done_seq = ?, updated_at = ? " +
+		"WHERE aggregate_type = ? AND aggregate_id = ? AND done_seq = ?")
+}
+
+func lockingRead(d Dialect) string {
+	if d.LockingRead == "" {
+		return ""
+	}
+	return " " + d.LockingRead
+}
+
+// finished is an event whose outcome was just written, as the key update
+// needs it.
+type finished struct {
+	key orderKey
+	seq int64
+}
+
+// MarkDoneOrdered implements core.OrderedStore: in one READ COMMITTED
+// transaction (retried after a deadlock when db is a pool), a locking read
+// of the rows of ids owner still leases, the DONE update of those rows,
+// then, per ordered key in key order, the key update and the promotion of
+// the key's next event.
+func (s *Store) MarkDoneOrdered(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
+	uniq := slices.Clone(ids)
+	slices.Sort(uniq)
+	uniq = slices.Compact(uniq)
+	var total int64
+	var promoted []core.Event
+	for chunk := range slices.Chunk(uniq, batchChunk) {
+		var n int64
+		var p []core.Event
+		err := s.retry(ctx, db, func() error {
+			return inTx(ctx, db, func(tx core.DBTX) error {
+				var err error
+				n, p, err = s.finish(ctx, tx, owner, chunk, now,
+					"status = 1, done_at = ?, locked_by = NULL, locked_at = NULL", []any{s.ts(now)},
+					func(string) bool { return true })
+				return err
+			})
+		})
+		if err != nil {
+			return total, promoted, s.wrap("mark done", err)
+		}
+		total += n
+		promoted = append(promoted, p...)
+	}
+	return total, promoted, nil
+}
+
+// MarkDeadOrdered implements core.OrderedStore.
+func (s *Store) MarkDeadOrdered(ctx context.Context, db core.DBTX, owner, id string, now time.Time, lastErr string) (bool, []core.Event, error) {
+	var n int64
+	var promoted []core.Event
+	err := s.retry(ctx, db, func() error {
+		return inTx(ctx, db, func(tx core.DBTX) error {
+			var err error
+			n, promoted, err = s.finish(ctx, tx, owner, []string{id}, now,
+				"status = 3, attempts = attempts + 1, done_at = ?, last_error = ?, locked_by = NULL, locked_at = NULL",
+				[]any{s.ts(now), core.TruncateError(lastErr)},
+				func(aggType string) bool { p, _ := s.ordering.Ordered(aggType); return p == core.DeadContinues })
+			return err
+		})
+	})
+	if err != nil {
+		return false, nil, s.wrap("mark dead", err)
+	}
+	return n > 0, promoted, nil
+}
+
+// finish sets set on the rows of ids (sorted, distinct) owner still leases,
+// and moves past each of them the keys of those that are ordered and whose
+// aggregate type advance accepts, promoting the keys' next events leased by
+// owner. It runs in tx, a transaction.
+func (s *Store) finish(ctx context.Context, tx core.DBTX, owner string, ids []string, now time.Time, set string, setArgs []any, advance func(aggType string) bool) (int64, []core.Event, error) {
+	q, args := s.inList("SELECT event_id, aggregate_type, aggregate_id, seq FROM "+s.qt+
+		" WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (", ids, owner)
+	rows, err := tx.QueryContext(ctx, s.d.rebind(q+")"+lockingRead(s.d)), args...)
+	if err != nil {
+		return 0, nil, err
+	}
+	var held []string
+	var keys []finished
+	for rows.Next() {
+		var id, aggType string
+		var aggID sql.NullString
+		var seq sql.NullInt64
+		if err := rows.Scan(&id, &aggType, &aggID, &seq); err != nil {
+			rows.Close()
+			return 0, nil, err
+		}
+		held = append(held, id)
+		if seq.Valid && aggID.Valid && advance(aggType) {
+			keys = append(keys, finished{orderKey{aggType, aggID.String}, seq.Int64})
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return 0, nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return 0, nil, err
+	}
+	if len(held) == 0 {
+		return 0, nil, nil
+	}
+	q, args = s.inList("UPDATE "+s.qt+" SET "+set+" WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (",
+		held, append(setArgs, owner)...)
+	res, err := tx.ExecContext(ctx, s.d.rebind(q+")"), args...)
+	if err != nil {
+		return 0, nil, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, nil, err
+	}
+	promoted, err := s.advance(ctx, tx, keys, owner, now)
+	return n, promoted, err
+}
+
+// advance moves each key of fs past its finished events and promotes the
+// key's next event from WAITING to NEW, leased by owner at now. A key moves
+// from done_seq through the finished seqs that follow it without a gap; a
+// key whose done_seq+1 is not among them (it went past the event already: a
+// skipped or continued DEAD event replayed) is left alone.
+//
+// Whatever the number of keys, it takes three statements (four without
+// RETURNING): a locking read of the key rows in key order, so that two
+// transactions locking several keys never wait on each other in a cycle;
+// one UPDATE of those rows; and, as a later statement that sees the WAITING
+// rows of writers that held a key's lock until they committed, one UPDATE
+// promoting the next events.
+func (s *Store) advance(ctx context.Context, tx core.DBTX, fs []finished, owner string, now time.Time) ([]core.Event, error) {
+	if len(fs) == 0 {
+		return nil, nil
+	}
+	slices.SortFunc(fs, func(a, b finished) int {
+		return cmp.Or(compareKeys(a.key, b.key), cmp.Compare(a.seq, b.seq))
+	})
+	var keys []orderKey
+	for i, f := range fs {
+		if i == 0 || f.key != fs[i-1].key {
+			keys = append(keys, f.key)
+		}
+	}
+	kt := s.table.KeyTable().Quoted(s.d.Quote)
+	match, args := s.keyMatch(keys, nil)
+	rows, err := tx.QueryContext(ctx, s.d.rebind("SELECT aggregate_type, aggregate_id, done_seq FROM "+kt+
+		" WHERE "+match+" ORDER BY aggregate_type, aggregate_id"+lockingRead(s.d)), args...)
+	if err != nil {
+		return nil, err
+	}
+	done := make(map[orderKey]int64, len(keys))
+	for rows.Next() {
+		var k orderKey
+		var d int64
+		if err := rows.Scan(&k.aggType, &k.aggID, &d); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		done[k] = d
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// moves: each key that goes forward, from its done_seq to the last of
+	// its finished events that follow it without a gap.
+	type move struct {
+		key      orderKey
+		from, to int64
+	}
+	var moves []move
+	for _, f := range fs {
+		d, ok := done[f.key]
+		if !ok {
+			continue
+		}
+		if n := len(moves); n > 0 && moves[n-1].key == f.key {
+			if f.seq == moves[n-1].to+1 {
+				moves[n-1].to = f.seq
+			}
+			continue
+		}
+		if f.seq == d+1 {
+			moves = append(moves, move{f.key, d, f.seq})
+		}
+	}
+	if len(moves) == 0 {
+		return nil, nil
+	}
+	var set, where strings.Builder
+	uargs := make([]any, 0, 6*len(moves)+1)
+	wargs := make([]any, 0, 3*len(moves))
+	set.WriteString("UPDATE " + kt + " SET done_seq = CASE")
+	for i, j := range s.padMoves(len(moves)) {
+		m := moves[j]
+		set.WriteString(" WHEN aggregate_type = ? AND aggregate_id = ? THEN ?")
+		uargs = append(uargs, m.key.aggType, m.key.aggID, m.to)
+		if i > 0 {
+			where.WriteString(" OR ")
+		}
+		where.WriteString("(aggregate_type = ? AND aggregate_id = ? AND done_seq = ?)")
+		wargs = append(wargs, m.key.aggType, m.key.aggID, m.from)
+	}
+	set.WriteString(" ELSE done_seq END, updated_at = ? WHERE ")
+	uargs = append(uargs, s.ts(now))
+	if _, err := tx.ExecContext(ctx, s.d.rebind(set.String()+where.String()), append(uargs, wargs...)...); err != nil {
+		return nil, err
+	}
+
+	at := now
+	if owner != "" && s.d.Claim == ClaimUpdateThenSelect {
+		at = s.leases.next(now)
+	}
+	var by, lockedAt any
+	if owner != "" {
+		by, lockedAt = owner, s.ts(at)
+	}
+	nargs := []any{by, lockedAt}
+	for _, j := range s.padMoves(len(moves)) {
+		nargs = append(nargs, moves[j].key.aggType, moves[j].key.aggID, moves[j].to+1)
+	}
+	promote, read := s.promoteStmts((len(nargs) - 2) / 3)
+	if !s.d.NoReturning {
+		return s.scanAll(tx.QueryContext(ctx, promote, nargs...))
+	}
+	res, err := tx.ExecContext(ctx, promote, nargs...)
+	if err != nil {
+		return nil, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return nil, err
+	}
+	// The rows this statement promoted are those of the keys' next events
+	// now leased by owner at this lease's unique stamp.
+	return s.scanAll(tx.QueryContext(ctx, read, nargs...))
+}
+
+// promoteStmts returns the statement that promotes the next events of n keys
+// from WAITING to NEW, leased (arguments: owner, lease stamp, then each
+// key's type, id and next seq), and, without RETURNING, the one that reads
+// back the rows it promoted (same arguments). Each (key, seq) is found
+// through the seq index.
+func (s *Store) promoteStmts(n int) (promote, read string) {
+	next := "(" + strings.TrimSuffix(strings.Repeat("(aggregate_type = ? AND aggregate_id = ? AND seq = ?) OR ", n), " OR ") + ")"
+	promote = "UPDATE " + s.qt + " SET status = 0, locked_by = ?, locked_at = ? WHERE status = 4 AND " + next
+	if !s.d.NoReturning {
+		return s.d.rebind(promote + " RETURNING " + columns), ""
+	}
+	// The rows it promoted are the keys' next events now leased by owner at
+	// this lease's unique stamp.
+	return s.d.rebind(promote), s.d.rebind("SELECT " + columns + " FROM " + s.qt +
+		" WHERE status = 0 AND locked_by = ? AND locked_at = ? AND " + next)
+}
+
+// keyMatch returns "(aggregate_type = ? AND aggregate_id = ?) OR ..." for
+// keys, padded like padMoves, and args followed by the keys' values.
+func (s *Store) keyMatch(keys []orderKey, args []any) (string, []any) {
+	var sb strings.Builder
+	for i, j := range s.padMoves(len(keys)) {
+		if i > 0 {
+			sb.WriteString(" OR ")
+		}
+		sb.WriteString("(aggregate_type = ? AND aggregate_id = ?)")
+		args = append(args, keys[j].aggType, keys[j].aggID)
+	}
+	return "(" + sb.String() + ")", args
+}
+
+// padMoves returns the indexes 0..n-1, padded with n-1 to a power of two
+// under Dialect.PadIDLists, so that the set-based key statements share a few
+// texts (see leasedBatch); a repeated key matches the same row again.
+func (s *Store) padMoves(n int) []int {
+	m := n
+	if p := nextPow2(n); s.d.PadIDLists && p > n {
+		m = p
+	}
+	out := make([]int, m)
+	for i := range out {
+		out[i] = min(i, n-1)
+	}
+	return out
+}
+
+// scanAll decodes rows into events; a row that cannot be decoded is an
+// error, as the events are to be delivered.
+func (s *Store) scanAll(rows *sql.Rows, err error) ([]core.Event, error) {
+	if err != nil {
+		return nil, err
+	}
+	evs, bad, err := scanEvents(rows)
+	if err != nil {
+		return nil, err
+	}
+	if len(bad) > 0 {
+		return nil, bad[0]
+	}
+	return evs, nil
+}
+
+// SkipDead implements core.OrderedStore: per id, in one transaction, a
+// locking read of the DEAD ordered row, the key update from seq-1 to seq
+// and the promotion of the next event, not leased.
+func (s *Store) SkipDead(ctx context.Context, db core.DBTX, ids []string, now time.Time) (int64, error) {
+	uniq := slices.Clone(ids)
+	slices.Sort(uniq)
+	uniq = slices.Compact(uniq)
+	var total int64
+	for chunk := range slices.Chunk(uniq, batchChunk) {
+		var n int64
+		err := s.retry(ctx, db, func() error {
+			n = 0
+			return inTx(ctx, db, func(tx core.DBTX) error {
+				q, args := s.inList("SELECT aggregate_type, aggregate_id, seq FROM "+s.qt+" WHERE "+s.d.Dead+
+					" AND seq IS NOT NULL AND event_id IN (", chunk)
+				rows, err := tx.QueryContext(ctx, s.d.rebind(q+")"+lockingRead(s.d)), args...)
+				if err != nil {
+					return err
+				}
+				var fs []finished
+				for rows.Next() {
+					var f finished
+					if err := rows.Scan(&f.key.aggType, &f.key.aggID, &f.seq); err != nil {
+						rows.Close()
+						return err
+					}
+					fs = append(fs, f)
+				}
+				if err := rows.Close(); err != nil {
+					return err
+				}
+				if err := rows.Err(); err != nil {
+					return err
+				}
+				slices.SortFunc(fs, func(a, b finished) int { return compareKeys(a.key, b.key) })
+				for _, f := range fs {
+					res, err := tx.ExecContext(ctx, s.keyAdvance, f.seq, s.ts(now), f.key.aggType, f.key.aggID, f.seq-1)
+					if err != nil {
+						return err
+					}
+					moved, err := res.RowsAffected()
+					if err != nil {
+						return err
+					}
+					if moved == 0 {
+						continue
+					}
+					n++
+					if _, err := tx.ExecContext(ctx, s.promoteFree, f.key.aggType, f.key.aggID, f.seq+1); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			return total, s.wrap("skip dead events", err)
+		}
+		total += n
+	}
+	return total, nil
+}
+
+// blockedFrom is the join of the dead heads with their keys; a dead event
+// is its key's head when its seq is done_seq+1.
+func (s *Store) blockedFrom() string {
+	kt := s.table.KeyTable().Quoted(s.d.Quote)
+	return " FROM " + s.qt + " e JOIN " + kt + " k ON k.aggregate_type = e.aggregate_type AND k.aggregate_id = e.aggregate_id " +
+		"AND k.done_seq = e.seq - 1 WHERE e." + s.d.Dead + " AND e.seq IS NOT NULL"
+}
+
+// BlockedKeys implements core.OrderedStore.
+func (s *Store) BlockedKeys(ctx context.Context, db core.DBTX, f core.DeadFilter) ([]core.BlockedKey, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = DefaultDeadLimit
+	}
+	q := "SELECT e.aggregate_type, e.aggregate_id, e.event_id, e.event_type, e.seq, e.done_at, e.last_error, k.last_seq - k.done_seq - 1" +
+		s.blockedFrom()
+	var args []any
+	if f.EventType != "" {
+		q += " AND e.event_type = ?"
+		args = append(args, f.EventType)
+	}
+	if f.AggregateType != "" {
+		q += " AND e.aggregate_type = ?"
+		args = append(args, f.AggregateType)
+	}
+	q += " ORDER BY e.created_at, e.event_id LIMIT ?"
+	rows, err := db.QueryContext(ctx, s.d.rebind(q), append(args, limit)...)
+	if err != nil {
+		return nil, s.wrap("list blocked keys", err)
+	}
+	defer rows.Close()
+	var out []core.BlockedKey
+	for rows.Next() {
+		var b core.BlockedKey
+		var deadAt nullTime
+		var lastErr sql.NullString
+		if err := rows.Scan(&b.AggregateType, &b.AggregateID, &b.EventID, &b.EventType, &b.Seq, &deadAt, &lastErr, &b.Waiting); err != nil {
+			return nil, s.wrap("list blocked keys", err)
+		}
+		b.DeadAt, b.LastError = deadAt.Time, lastErr.String
+		out = append(out, b)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.wrap("list blocked keys", err)
+	}
+	return out, nil
+}
+
+// orderedStats counts the waiting events (from the key table: every
+// unfinished event of a key but its head waits) and the blocked keys.
+func (s *Store) orderedStats(ctx context.Context, db core.DBTX, st *core.Stats) error {
+	kt := s.table.KeyTable().Quoted(s.d.Quote)
+	err := db.QueryRowContext(ctx, "SELECT COALESCE(SUM(last_seq - done_seq - 1), 0) FROM "+kt+
+		" WHERE last_seq > done_seq").Scan(&st.Waiting)
+	if err != nil {
+		return fmt.Errorf("count waiting events: %w", err)
+	}
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*)"+s.blockedFrom()).Scan(&st.BlockedKeys); err != nil {
+		return fmt.Errorf("count blocked keys: %w", err)
+	}
+	return nil
+}
+
+var _ core.OrderedStore = (*Store)(nil)
+
+// PurgeKeys deletes up to limit rows of the key table whose keys have
+// nothing left: every event finished (done_seq = last_seq), none written or
+// finished since before, and no event row of the key left in the outbox
+// table (the purge deleted them). A key written again later starts at seq 1,
+// which no row of it holds any more.
+//
+// A writer of the key locks its row before it inserts: either it committed
+// first, and the DELETE, which re-checks done_seq = last_seq on the row's
+// latest version once it holds the lock, leaves the row alone; or the DELETE
+// committed first, and the writer creates the row afresh.
+func (s *Store) PurgeKeys(ctx context.Context, db core.DBTX, before time.Time, limit int) (int64, error) {
+	if limit <= 0 {
+		return 0, core.Invalid("purge limit", "%d is not positive", limit)
+	}
+	q, args := s.purgeKeys(before, limit)
+	n, err := s.exec(ctx, db, q, args...)
+	return n, s.wrap("purge keys", err)
+}
+
+// purgeKeys returns the PurgeKeys statement and its arguments.
+func (s *Store) purgeKeys(before time.Time, limit int) (string, []any) {
+	kt := s.table.KeyTable().Quoted(s.d.Quote)
+	idle := func(k string) string {
+		return k + "done_seq = " + k + "last_seq AND " + k + "updated_at < ? AND NOT EXISTS (SELECT 1 FROM " + s.qt +
+			" e WHERE e.aggregate_type = " + k + "aggregate_type AND e.aggregate_id = " + k + "aggregate_id AND e.seq IS NOT NULL)"
+	}
+	if s.d.LimitedWrites {
+		return "DELETE FROM " + kt + " WHERE " + idle(kt+".") + " LIMIT ?", []any{s.ts(before), limit}
+	}
+	// The outer condition is checked again on the row's latest version when
+	// the DELETE waited for its lock; the subquery's is not.
+	return "DELETE FROM " + kt + " WHERE done_seq = last_seq AND updated_at < ? AND (aggregate_type, aggregate_id) IN " +
+		"(SELECT k.aggregate_type, k.aggregate_id FROM " + kt + " k WHERE " + idle("k.") + " LIMIT ?)", []any{s.ts(before), s.ts(before), limit}
+}

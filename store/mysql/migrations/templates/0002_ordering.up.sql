@@ -1,0 +1,14 @@
+-- 0002: ordered delivery per key (aggregate type, aggregate id): the seq column,
+-- its index and the key table. The comments on each are in ../../upgrade_ordering.sql.
+ALTER TABLE {{table}} ADD COLUMN seq BIGINT NULL;
+
+CREATE INDEX {{index:seq}} ON {{table}} (aggregate_type, aggregate_id, seq);
+
+CREATE TABLE IF NOT EXISTS {{keytable}} (
+    aggregate_type VARCHAR(64)  NOT NULL,
+    aggregate_id   VARCHAR(128) NOT NULL,
+    last_seq       BIGINT       NOT NULL,
+    done_seq       BIGINT       NOT NULL,
+    updated_at     DATETIME(6)  NOT NULL,
+    PRIMARY KEY (aggregate_type, aggregate_id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;

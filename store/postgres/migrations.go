@@ -1,0 +1,26 @@
+package postgres
+
+import (
+	"embed"
+
+	"github.com/outboxkit/outbox/store/internal/sqlstore"
+	"github.com/outboxkit/outbox/store/migrations"
+)
+
+// The versioned migrations of the table, as templates; the package
+// documentation of store/migrations says how to add one.
+//
+//go:embed migrations/templates/*.sql
+var migrationFiles embed.FS
+
+var migrationTemplates = sqlstore.MustParseMigrations(migrationFiles, "migrations/templates")
+
+var _ migrations.Source = (*Store)(nil)
+
+// Migrations returns the versioned migrations of the store's table, oldest
+// first, rendered for its name: what migrations.Goose and
+// migrations.GolangMigrate give goose and golang-migrate. After the last one
+// the table is what CreateSchema makes.
+func (s *Store) Migrations() []migrations.Migration {
+	return s.shared.Migrations()
+}
