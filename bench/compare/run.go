@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// contender is one way of getting events from a business transaction to a
+// consumer. A value runs one workload once: setup, then (W1) write while
+// started, or (W2) fill and then start; then stop and teardown.
+type contender interface {
+	// setup creates the contender's own uniquely named tables on srv.
+	setup(ctx context.Context, srv *server, writers int) error
+	// write runs business transaction i (the business row and event i) and
+	// calls rec.commit(i) as soon as its COMMIT has returned.
+	write(ctx context.Context, i int, rec *recorder) error
+	// fill writes events 0..n-1 as a backlog, without consumers running.
+	fill(ctx context.Context, n int) error
+	// start starts the consumers, which deliver into rec.
+	start(ctx context.Context, rec *recorder) error
+	// stop stops the consumers; teardown drops the tables.
+	stop(ctx context.Context) error
+	teardown(ctx context.Context)
+}
+
+// kind describes a contender in the table.
+type kind struct {
+	name     string
+	settings string // what it ran with, printed under the table
+	pgOnly   bool
+	noW2     bool // W1 only (the business transaction alone)
+	noConsum bool // nothing consumes (the business transaction alone)
+	make     func(c *config) contender
+}
+
+// outcome is one contender's figures on one server.
+type outcome struct {
+	Contender string  `json:"contender"`
+	DB        string  `json:"db"`
+	W1PerSec  float64 `json:"w1_events_per_sec,omitempty"`
+	W1Ratio   float64 `json:"w1_ratio_to_hand_sql,omitempty"`
+	P50Ms     float64 `json:"w1_p50_ms,omitempty"`
+	P99Ms     float64 `json:"w1_p99_ms,omitempty"`
+	W1Missing int     `json:"w1_missing,omitempty"`
+	W1Error   string  `json:"w1_error,omitempty"`
+	W2PerSec  float64 `json:"w2_events_per_sec,omitempty"`
+	W2Ratio   float64 `json:"w2_ratio_to_hand_sql,omitempty"`
+	W2Missing int     `json:"w2_missing,omitempty"`
+	W2Error   string  `json:"w2_error,omitempty"`
+	// Duplicates are deliveries of an event already delivered, W1 and W2
+	// together, counted up to -grace after the last event arrived.
+	Duplicates int64 `json:"duplicates"`
+	Ran        bool  `json:"-"`
+	RanW2      bool  `json:"-"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// runW1 runs W1 for one contender: its consumers running, c.writers
+// goroutines commit c.w1Events business transactions. Throughput runs from
+// the first write to the last first-delivery (to the last COMMIT when
+// nothing consumes).
+func runW1(ctx context.Context, c *config, srv *server, k *kind, out *outcome) error {
+	ct := k.make(c)
+	if err := ct.setup(ctx, srv, c.writers); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	defer ct.teardown(ctx)
+	rec := newRecorder(c.w1Events)
+	if !k.noConsum {
+		if err := ct.start(ctx, rec); err != nil {
+			return fmt.Errorf("start: %w", err)
+		}
+	}
+	stopped := false
+	stop := func() error {
+		if stopped || k.noConsum {
+			return nil
+		}
+		stopped = true
+		return ct.stop(ctx)
+	}
+	defer func() { _ = stop() }()
+	begin := time.Now()
+	if err := writeAll(ctx, c.w1Events, c.writers, func(i int) error { return ct.write(ctx, i, rec) }); err != nil {
+		return err
+	}
+	end := time.Now()
+	out.Ran = true
+	if k.noConsum {
+		out.W1PerSec = float64(c.w1Events) / end.Sub(begin).Seconds()
+		return nil
+	}
+	if !rec.wait(ctx, c.timeout) {
+		out.W1Missing = c.w1Events - int(rec.delivered.Load())
+		out.W1Error = fmt.Sprintf("stalled, %d missing after %s", out.W1Missing, c.timeout)
+		end = rec.lastDelivery()
+	} else {
+		end = rec.lastDelivery()
+		graceWait(ctx, c.grace)
+	}
+	out.W1PerSec = float64(rec.delivered.Load()) / end.Sub(begin).Seconds()
+	lat := rec.latencies()
+	out.P50Ms, out.P99Ms = ms(percentile(lat, 0.50)), ms(percentile(lat, 0.99))
+	out.Duplicates += rec.extra.Load() + rec.unknown.Load()
+	return stop()
+}
+
+// runW2 runs W2 for one contender: c.w2Events events written as a backlog,
+// then its consumers start; the rate runs from the start to the last
+// first-delivery.
+func runW2(ctx context.Context, c *config, srv *server, k *kind, out *outcome) error {
+	ct := k.make(c)
+	if err := ct.setup(ctx, srv, c.writers); err != nil {
+		return fmt.Errorf("setup: %w", err)
+	}
+	defer ct.teardown(ctx)
+	if err := ct.fill(ctx, c.w2Events); err != nil {
+		return fmt.Errorf("fill: %w", err)
+	}
+	rec := newRecorder(c.w2Events)
+	begin := time.Now()
+	rec.start = begin
+	if err := ct.start(ctx, rec); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	defer func() { _ = ct.stop(ctx) }()
+	out.RanW2 = true
+	if !rec.wait(ctx, c.timeout) {
+		out.W2Missing = c.w2Events - int(rec.delivered.Load())
+		out.W2Error = fmt.Sprintf("stalled, %d missing after %s", out.W2Missing, c.timeout)
+	} else {
+		graceWait(ctx, c.grace)
+	}
+	out.W2PerSec = float64(rec.delivered.Load()) / rec.lastDelivery().Sub(begin).Seconds()
+	out.Duplicates += rec.extra.Load() + rec.unknown.Load()
+	return ct.stop(ctx)
+}
+
+// graceWait leaves the consumers running for d after the last event
+// arrived, so that a late second delivery is counted as a duplicate.
+func graceWait(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
