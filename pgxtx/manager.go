@@ -1,0 +1,136 @@
+package pgxtx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/logging"
+	"github.com/outboxkit/outbox/internal/txhooks"
+)
+
+// Beginner begins pgx transactions: *pgxpool.Pool and *pgx.Conn implement it.
+type Beginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// Config configures a Manager. The zero value is valid.
+type Config struct {
+	// TxOptions sets the isolation level, access mode and deferrable mode
+	// of the transactions the Manager begins. Default: the server's.
+	TxOptions pgx.TxOptions
+
+	// Logger receives panics recovered from callbacks, callbacks registered
+	// on a transaction that has ended, and rollback failures Do cannot
+	// return because fn panicked. Default: see Slog.
+	Logger zerolog.Logger
+	// Slog, when not nil, receives the Manager's logs instead of Logger.
+	// With neither set, warnings and errors go to slog.Default() (stderr
+	// unless the program changed it); set Logger to zerolog.Nop() or Slog
+	// to slog.New(slog.DiscardHandler) to silence them.
+	Slog *slog.Logger
+}
+
+// Manager begins pgx transactions on one pool or connection and carries them
+// in contexts. It is safe for concurrent use (as its pool is; a *pgx.Conn
+// runs one transaction at a time).
+type Manager struct {
+	db   Beginner
+	opts pgx.TxOptions
+	log  zerolog.Logger
+}
+
+// ErrManagedTx is returned by Commit and Rollback of the pgx.Tx that Do hands
+// to its function: Do ends the transaction when the function returns.
+var ErrManagedTx = errors.New("pgxtx: the transaction is ended by Do: return nil to commit, an error to roll back")
+
+// New returns a Manager that begins its transactions on db, a
+// *pgxpool.Pool or *pgx.Conn. It returns an error matching core.ErrInvalid
+// when db is nil.
+func New(db Beginner, cfg Config) (*Manager, error) {
+	if db == nil || (reflect.ValueOf(db).Kind() == reflect.Pointer && reflect.ValueOf(db).IsNil()) {
+		return nil, core.Invalid("pgxtx handle", "is nil")
+	}
+	if !reflect.TypeOf(db).Comparable() {
+		return nil, core.Invalid("pgxtx handle", "%T cannot be compared, so Do could not tell its transactions from another handle's", db)
+	}
+	return &Manager{db: db, opts: cfg.TxOptions, log: logging.Resolve(cfg.Logger, cfg.Slog)}, nil
+}
+
+// Do runs fn in a transaction: fn receives the pgx.Tx, and a context that
+// carries the transaction (see From and core.TxFromContext) for the code it
+// calls, core.Writer.Write among it. Do begins a transaction, or joins the
+// one ctx already carries (see the package documentation), commits when fn
+// returns nil and rolls back otherwise.
+//
+// Do returns fn's error unchanged (joined with the rollback error if the
+// rollback failed too), or the error of BEGIN or COMMIT wrapped with
+// context. When fn panics, Do rolls back, runs the after-rollback callbacks
+// and lets the panic continue. A nil fn returns an error matching
+// core.ErrInvalid.
+func (m *Manager) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if fn == nil {
+		return core.Invalid("transaction function", "is nil")
+	}
+	if t, ok := From(ctx); ok && t.handle == m.db {
+		if t.hooks.Ended() {
+			return fmt.Errorf("join transaction: %w", pgx.ErrTxClosed)
+		}
+		return fn(ctx, t.user)
+	}
+
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("begin transaction: %w", context.Cause(ctx))
+	}
+	ptx, err := m.db.BeginTx(ctx, m.opts)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	t := &Tx{tx: ptx, user: managedTx{ptx}, handle: m.db, hooks: txhooks.Hooks{Log: m.log, Prefix: "pgxtx"}}
+
+	// The end of the transaction and the callbacks get ctx without its
+	// cancellation and without this transaction, which is over by then.
+	endCtx := context.WithoutCancel(ctx)
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		// fn panicked (or called runtime.Goexit); the panic goes on once
+		// this returns.
+		if err := t.rollback(endCtx); err != nil {
+			m.log.Error().Err(err).Msg("pgxtx: roll back transaction after panic")
+		}
+		t.hooks.Finish(endCtx, false)
+	}()
+
+	err = fn(core.ContextWithTx(ctx, t), t.user)
+	returned = true
+
+	if err != nil {
+		if rbErr := t.rollback(endCtx); rbErr != nil {
+			err = errors.Join(err, fmt.Errorf("roll back transaction: %w", rbErr))
+		}
+		t.hooks.Finish(endCtx, false)
+		return err
+	}
+	if err := ptx.Commit(endCtx); err != nil {
+		t.hooks.Finish(endCtx, false)
+		return fmt.Errorf("commit transaction: %w", err)
+	}
+	t.hooks.Finish(endCtx, true)
+	return nil
+}
+
+// managedTx is the pgx.Tx that Do hands to fn: pgx's own, whose Commit and
+// Rollback are Do's.
+type managedTx struct{ pgx.Tx }
+
+func (managedTx) Commit(context.Context) error   { return ErrManagedTx }
+func (managedTx) Rollback(context.Context) error { return ErrManagedTx }

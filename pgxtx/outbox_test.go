@@ -1,0 +1,174 @@
+package pgxtx_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/rs/zerolog"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
+	"github.com/outboxkit/outbox/pgxtx"
+)
+
+// queueCount counts the events queued on the hot and the cold queue.
+type queueCount struct {
+	core.NopMetrics
+	hot, cold atomic.Int64
+}
+
+func (q *queueCount) HotEnqueued()  { q.hot.Add(1) }
+func (q *queueCount) ColdEnqueued() { q.cold.Add(1) }
+
+func envelope(t *testing.T, aggType, aggID, eventType, id string) core.Envelope {
+	t.Helper()
+	env, err := core.NewEnvelope(core.EnvelopeSpec{
+		ID: id, Type: core.EventName(eventType), AggregateType: core.AggregateName(aggType),
+		AggregateID: aggID, JSON: []byte(`{"n":1}`),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+// TestOutboxOnPgxPool runs an Outbox whose writes happen in pgx
+// transactions and whose background side runs on the same pgxpool: events
+// committed with pgxtx reach their listener through the hot path, in key
+// order for an ordered aggregate type; a rolled-back transaction delivers
+// nothing; a duplicate id is reported as core.ErrDuplicateEvent.
+func TestOutboxOnPgxPool(t *testing.T) {
+	tg := testdb.Postgres(t)
+	pool := testdb.PgxPool(t)
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { _ = db.Close() })
+
+	var (
+		mu  sync.Mutex
+		got []string
+	)
+	all := make(chan struct{})
+	want := 5
+	reg := core.NewRegistry()
+	record := func(ctx context.Context, ev core.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, fmt.Sprintf("%s/%s %s seq %d", ev.AggregateType(), ev.AggregateID(), ev.Type(), ev.Seq))
+		if len(got) == want {
+			close(all)
+		}
+		return nil
+	}
+	for _, at := range []string{"Order", "Invoice"} {
+		for _, et := range []string{"Placed", "Paid", "Shipped"} {
+			if err := reg.RegisterFunc(core.AggregateName(at), core.EventName(et), record); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	metrics := &queueCount{}
+	ob, err := outbox.New(outbox.Config{DB: db, Store: tg.Ordered, Registry: reg, Metrics: metrics, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := ob.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ob.Close(context.Background()) })
+
+	table := items(t, pool)
+	txm := newManager(t, pool, pgxtx.Config{})
+	// "Order" is ordered (storetest.Ordering, testdb's Target.Ordered): three events of one key in
+	// one transaction; "Invoice" is not.
+	err = txm.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (name) VALUES ('o-1')"); err != nil {
+			return err
+		}
+		_, err := ob.Writer().WriteAll(ctx, []core.Envelope{
+			envelope(t, "Order", "o-1", "Placed", ""),
+			envelope(t, "Order", "o-1", "Paid", ""),
+			envelope(t, "Order", "o-1", "Shipped", ""),
+			envelope(t, "Invoice", "i-1", "Placed", "dup-0000000000000000000001"),
+		})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Rolled back: nothing written, nothing delivered.
+	boom := errors.New("business rule failed")
+	err = txm.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := ob.Writer().Write(ctx, envelope(t, "Invoice", "i-2", "Placed", "")); err != nil {
+			return err
+		}
+		return boom
+	})
+	if err != boom {
+		t.Fatalf("rolled-back Do: %v", err)
+	}
+
+	// A duplicate id: the error says so, and a savepoint keeps the
+	// transaction usable for what follows.
+	err = txm.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		spCtx := ctx // the savepoint runs on the same connection and transaction
+		_, err = ob.Writer().Write(spCtx, envelope(t, "Invoice", "i-1", "Paid", "dup-0000000000000000000001"))
+		if !errors.Is(err, core.ErrDuplicateEvent) {
+			t.Errorf("duplicate id: %v, want core.ErrDuplicateEvent", err)
+		}
+		if err := sp.Rollback(ctx); err != nil {
+			return err
+		}
+		_, err = ob.Writer().Write(ctx, envelope(t, "Invoice", "i-1", "Paid", ""))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("delivered %d of %d in 30 s: %q", len(got), want, got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var order []string
+	for _, g := range got {
+		if g[:5] == "Order" {
+			order = append(order, g)
+		}
+	}
+	if fmt.Sprint(order) != "[Order/o-1 Placed seq 1 Order/o-1 Paid seq 2 Order/o-1 Shipped seq 3]" {
+		t.Errorf("ordered key delivered as %q", order)
+	}
+	// Everything went through the hot queue, nothing through the poller:
+	// the head of the ordered key and the two invoices after their
+	// COMMIT, and the key's two successors when their predecessor was DONE.
+	if hot, cold := metrics.hot.Load(), metrics.cold.Load(); hot != 5 || cold != 0 {
+		t.Errorf("hot/cold enqueued %d/%d, want 5/0", hot, cold)
+	}
+	var rows int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+tg.Table).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != want {
+		t.Errorf("%d rows in the outbox, want %d (the rolled-back and duplicate writes left none)", rows, want)
+	}
+}
+
