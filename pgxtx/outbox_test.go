@@ -171,4 +171,3 @@ func TestOutboxOnPgxPool(t *testing.T) {
 		t.Errorf("%d rows in the outbox, want %d (the rolled-back and duplicate writes left none)", rows, want)
 	}
 }
-
