@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
@@ -186,12 +187,15 @@ var _ core.Metrics = (*metrics)(nil)
 
 // instance is one running outbox: what a service wires in main.
 type instance struct {
-	db  *sql.DB
-	d   *dispatch.Dispatcher
-	p   *poller.Poller
-	w   *core.Writer
-	txm *txctx.Manager
-	m   *metrics
+	db *sql.DB
+	d  *dispatch.Dispatcher
+	p  *poller.Poller
+	w  *core.Writer
+	// do runs fn in a business transaction that core.TxFromContext finds:
+	// txctx's on db, or pgxtx's on pool.
+	do   func(ctx context.Context, fn func(ctx context.Context) error) error
+	pool *pgxpool.Pool // the pool under db on pgx, else nil
+	m    *metrics
 }
 
 func startInstance(ctx context.Context, cfg *config, st store.SchemaManager, db *sql.DB, l core.Listener) (*instance, error) {
@@ -225,7 +229,7 @@ func startInstance(ctx context.Context, cfg *config, st store.SchemaManager, db 
 	if err != nil {
 		return nil, err
 	}
-	in.d, in.p, in.w, in.txm = d, p, w, txm
+	in.d, in.p, in.w, in.do = d, p, w, txm.Do
 	if err := d.Start(ctx); err != nil {
 		return nil, err
 	}
@@ -234,6 +238,14 @@ func startInstance(ctx context.Context, cfg *config, st store.SchemaManager, db 
 		return nil, err
 	}
 	return in, nil
+}
+
+// release closes the instance's pools; close it first.
+func (in *instance) release() {
+	_ = in.db.Close()
+	if in.pool != nil {
+		in.pool.Close()
+	}
 }
 
 // close stops the poller, then the dispatcher.

@@ -55,6 +55,7 @@ import (
 type config struct {
 	dbs, workloads string
 	orderedKeys    []int // W1: also run ordered over each of these key counts
+	pgx            bool  // PostgreSQL W1 and W2: also run on pgx (pgxtx, pgxpool)
 	w1Events       int
 	rounds         int
 	writers        int
@@ -109,6 +110,7 @@ func main() {
 	flag.IntVar(&c.rounds, "rounds", 3, "W1: alternate the raw baseline and the outbox runs in this many rounds")
 	flag.IntVar(&c.writers, "writers", 16, "W1: concurrent writers")
 	orderedKeys := flag.String("ordered-keys", "1000,10", "W1: also run with ordering on over these numbers of keys, comma-separated (\"\": none)")
+	flag.BoolVar(&c.pgx, "pgx", true, "PostgreSQL W1 and W2: also run an instance on pgx (writes in pgxtx transactions, background side on the same pgxpool)")
 	flag.IntVar(&c.w2Events, "w2-events", 100000, "W2: pending rows in the backlog (1000000 for the memory check)")
 	large := flag.Bool("large", false, "W2 with 1,000,000 pending rows (same as -w2-events 1000000)")
 	flag.IntVar(&c.workers, "workers", dispatch.DefaultWorkers, "dispatcher workers")

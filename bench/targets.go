@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/store"
 	"github.com/outboxkit/outbox/store/mysql"
@@ -24,7 +26,10 @@ type target struct {
 	name string // "sqlite", "postgres" or "mysql"
 	// open returns a new pool, as a separate process would have; conns caps
 	// its connections (ignored by SQLite, whose pool has one).
-	open     func(conns int) (*sql.DB, error)
+	open func(conns int) (*sql.DB, error)
+	// openPgx, PostgreSQL only: a pgx pool of conns connections on the
+	// same server, for the runs on pgx (pgxtx and pgxpool).
+	openPgx  func(ctx context.Context, conns int) (*pgxpool.Pool, error)
 	newStore func(table string, o core.Ordering) (store.SchemaManager, error)
 	// pending is the condition selecting NEW and RETRY rows that the
 	// dialect's claim index serves.
@@ -91,6 +96,14 @@ func targets(list string) ([]*target, error) {
 				open: func(conns int) (*sql.DB, error) {
 					db, err := postgres.Open(dsn)
 					return pooled(db, conns), err
+				},
+				openPgx: func(ctx context.Context, conns int) (*pgxpool.Pool, error) {
+					cfg, err := pgxpool.ParseConfig(dsn)
+					if err != nil {
+						return nil, err
+					}
+					cfg.MaxConns = int32(conns)
+					return pgxpool.NewWithConfig(ctx, cfg)
 				},
 				newStore: func(table string, o core.Ordering) (store.SchemaManager, error) {
 					return postgres.New(postgres.Config{Table: table, Ordered: o})

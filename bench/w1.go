@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/txctx"
 )
 
 // bizDDL returns the CREATE TABLE of the business table.
@@ -154,7 +153,9 @@ func w1Baseline(ctx context.Context, c *config, tg *target, data *w1Data, withOu
 //
 // With keys > 0 the aggregate type is ordered (core.Ordering) and the
 // transactions write to keys aggregate ids in turn.
-func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instances, keys int, cs *callStats) (result, []time.Duration, error) {
+//
+// With onPgx the instances run on pgx: see openInstance.
+func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instances, keys int, onPgx bool, cs *callStats) (result, []time.Duration, error) {
 	admin, err := tg.open(2)
 	if err != nil {
 		return result{}, nil, err
@@ -183,17 +184,12 @@ func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instance
 	defer func() {
 		for _, in := range ins {
 			_ = in.close(ctx)
-			_ = in.db.Close()
+			in.release()
 		}
 	}()
 	for range instances {
-		db, err := tg.open(c.poolSize(instances))
+		in, err := openInstance(ctx, c, tg, st, c.poolSize(instances), rec, onPgx)
 		if err != nil {
-			return result{}, nil, err
-		}
-		in, err := startInstance(ctx, c, st, db, rec)
-		if err != nil {
-			_ = db.Close()
 			return result{}, nil, err
 		}
 		ins = append(ins, in)
@@ -211,8 +207,8 @@ func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instance
 		if err != nil {
 			return err
 		}
-		return in.txm.Do(ctx, func(ctx context.Context) error {
-			tx, ok := txctx.From(ctx)
+		return in.do(ctx, func(ctx context.Context) error {
+			tx, ok := core.TxFromContext(ctx)
 			if !ok {
 				return errors.New("no transaction in context")
 			}
@@ -289,6 +285,7 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 		name      string
 		instances int // 0: the raw baseline
 		keys      int // > 0: ordered over this many keys
+		pgx       bool
 		rounds    []result
 		lat       []time.Duration
 		stats     callStats
@@ -296,6 +293,9 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 	kinds := []*kind{{name: "business + raw outbox INSERT"}}
 	if w1 || w3 {
 		kinds = append(kinds, &kind{name: "outbox, 1 instance", instances: 1})
+	}
+	if (w1 || w3) && tg.openPgx != nil && c.pgx {
+		kinds = append(kinds, &kind{name: "outbox on pgx, 1 instance", instances: 1, pgx: true})
 	}
 	if w3 {
 		kinds = append(kinds, &kind{name: "outbox, 2 instances (W3)", instances: 2})
@@ -311,7 +311,7 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 			if k.instances == 0 {
 				r, err = w1Baseline(ctx, c, tg, data, true)
 			} else {
-				r, lat, err = w1Outbox(ctx, c, tg, data, k.instances, k.keys, &k.stats)
+				r, lat, err = w1Outbox(ctx, c, tg, data, k.instances, k.keys, k.pgx, &k.stats)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", k.name, err)

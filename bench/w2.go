@@ -133,8 +133,9 @@ func w2Baseline(ctx context.Context, c *config, tmpl *table, n int) (result, err
 		PerSec: float64(n) / elapsed.Seconds(), Rates: rates}, nil
 }
 
-// w2Outbox drains the backlog with instances dispatcher+poller instances.
-func w2Outbox(ctx context.Context, c *config, tmpl *table, rec *recorder, instances int, cs *callStats) (result, error) {
+// w2Outbox drains the backlog with instances dispatcher+poller instances,
+// on pgx with onPgx (see openInstance).
+func w2Outbox(ctx context.Context, c *config, tmpl *table, rec *recorder, instances int, onPgx bool, cs *callStats) (result, error) {
 	t, err := copyBacklog(ctx, c, tmpl, "w2")
 	if err != nil {
 		return result{}, err
@@ -147,20 +148,15 @@ func w2Outbox(ctx context.Context, c *config, tmpl *table, rec *recorder, instan
 	defer func() {
 		for _, in := range ins {
 			_ = in.close(ctx)
-			_ = in.db.Close()
+			in.release()
 		}
 	}()
 	label := fmt.Sprintf("%s outbox x%d", t.tg.name, instances)
 	st := newTimedStore(t.st, cs)
 	start, cpu0 := time.Now(), cpuTime()
 	for range instances {
-		db, err := t.tg.open(c.poolSize(instances))
+		in, err := openInstance(ctx, c, t.tg, st, c.poolSize(instances), rec, onPgx)
 		if err != nil {
-			return result{}, err
-		}
-		in, err := startInstance(ctx, c, st, db, rec)
-		if err != nil {
-			_ = db.Close()
 			return result{}, err
 		}
 		ins = append(ins, in)
@@ -180,6 +176,9 @@ func w2Outbox(ctx context.Context, c *config, tmpl *table, rec *recorder, instan
 		storeErrors += in.m.storeErrors.Load()
 	}
 	run := "outbox, 1 instance"
+	if onPgx {
+		run = "outbox on pgx, 1 instance"
+	}
 	if instances > 1 {
 		run = fmt.Sprintf("outbox, %d instances (W3)", instances)
 	}
@@ -230,12 +229,17 @@ func runW2(ctx context.Context, c *config, tg *target, w2, w3 bool) ([]result, e
 		return nil, err
 	}
 	if w2 || w3 {
-		if err := step("outbox, 1 instance", func() (result, error) { return w2Outbox(ctx, c, tmpl, rec, 1, &callStats{}) }); err != nil {
+		if err := step("outbox, 1 instance", func() (result, error) { return w2Outbox(ctx, c, tmpl, rec, 1, false, &callStats{}) }); err != nil {
 			return nil, err
+		}
+		if tg.openPgx != nil && c.pgx {
+			if err := step("outbox on pgx, 1 instance", func() (result, error) { return w2Outbox(ctx, c, tmpl, rec, 1, true, &callStats{}) }); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if w3 {
-		if err := step("outbox, 2 instances (W3)", func() (result, error) { return w2Outbox(ctx, c, tmpl, rec, 2, &callStats{}) }); err != nil {
+		if err := step("outbox, 2 instances (W3)", func() (result, error) { return w2Outbox(ctx, c, tmpl, rec, 2, false, &callStats{}) }); err != nil {
 			return nil, err
 		}
 	}
