@@ -92,7 +92,7 @@ func (m *Manager) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
-	t := &Tx{tx: ptx, user: managedTx{ptx}, handle: m.db, hooks: txhooks.Hooks{Log: m.log, Prefix: "pgxtx"}}
+	t := &Tx{dbtx: dbtx{ptx}, user: managedTx{ptx}, handle: m.db, hooks: txhooks.Hooks{Log: m.log, Prefix: "pgxtx"}}
 
 	// The end of the transaction and the callbacks get ctx without its
 	// cancellation and without this transaction, which is over by then.

@@ -171,3 +171,68 @@ func TestOutboxOnPgxPool(t *testing.T) {
 		t.Errorf("%d rows in the outbox, want %d (the rolled-back and duplicate writes left none)", rows, want)
 	}
 }
+
+// TestDBTXOfYourOwnTx writes with a pgx transaction begun without pgxtx:
+// the events commit with it and a poller delivers them (nothing runs after
+// that COMMIT); a rolled-back one leaves nothing.
+func TestDBTXOfYourOwnTx(t *testing.T) {
+	tg := testdb.Postgres(t)
+	pool := testdb.PgxPool(t)
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { _ = db.Close() })
+	delivered := make(chan string, 2)
+	reg := core.NewRegistry()
+	err := reg.RegisterFunc(core.AggregateName("Order"), core.EventName("Placed"), func(ctx context.Context, ev core.Event) error {
+		delivered <- ev.AggregateID()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := &queueCount{}
+	ob, err := outbox.New(outbox.Config{DB: db, Store: tg.Store, Registry: reg, Metrics: metrics, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := ob.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ob.Close(context.Background()) })
+
+	write := func(id string, commit bool) {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := ob.Writer().WriteTx(ctx, pgxtx.DBTX(tx), envelope(t, "Order", id, "Placed", "")); err != nil {
+			t.Fatal(err)
+		}
+		if commit {
+			if err := tx.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write("rolled-back", false)
+	write("o-1", true)
+	select {
+	case id := <-delivered:
+		if id != "o-1" {
+			t.Fatalf("delivered %s, want o-1", id)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("o-1 not delivered in 30 s")
+	}
+	if hot, cold := metrics.hot.Load(), metrics.cold.Load(); hot != 0 || cold != 1 {
+		t.Errorf("hot/cold enqueued %d/%d, want 0/1: the poller delivers", hot, cold)
+	}
+	var rows int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+tg.Table).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 1 {
+		t.Errorf("%d rows, want 1", rows)
+	}
+}

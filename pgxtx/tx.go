@@ -12,14 +12,17 @@ import (
 	"github.com/outboxkit/outbox/internal/txhooks"
 )
 
-var _ core.Tx = (*Tx)(nil)
+var (
+	_ core.Tx   = (*Tx)(nil)
+	_ core.DBTX = dbtx{}
+)
 
 // Tx is a transaction begun by Manager.Do, as the context carries it: the
 // pgx transaction, the callbacks to run when it ends, and the core.DBTX that
 // outbox stores write with. Like a pgx.Tx, it runs statements for one
 // goroutine at a time; registering callbacks is safe from any goroutine.
 type Tx struct {
-	tx     pgx.Tx    // pgx's transaction; Do commits or rolls it back
+	dbtx             // pgx's transaction; Do commits or rolls it back
 	user   managedTx // what fn and Pgx hand out
 	handle Beginner
 	hooks  txhooks.Hooks
@@ -47,10 +50,20 @@ func (t *Tx) AfterCommit(fn func(ctx context.Context)) { t.hooks.AfterCommit(fn)
 // COMMIT.
 func (t *Tx) AfterRollback(fn func(ctx context.Context)) { t.hooks.AfterRollback(fn) }
 
+// DBTX returns tx, a pgx transaction of your own, as a core.DBTX for
+// core.Writer.WriteTx: the events commit with tx. Nothing runs after its
+// COMMIT, so they are delivered by a poller (on PostgreSQL within
+// milliseconds: the write sends a NOTIFY that wakes the pollers), not
+// through the hot path; begin the transaction with Manager.Do for that.
+func DBTX(tx pgx.Tx) core.DBTX { return dbtx{tx} }
+
+// dbtx runs core.DBTX's statements on a pgx transaction.
+type dbtx struct{ tx pgx.Tx }
+
 // ExecContext runs a statement that returns no rows in the transaction,
 // with pgx. The result's LastInsertId is not supported (PostgreSQL has
 // RETURNING instead).
-func (t *Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+func (t dbtx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	tag, err := t.tx.Exec(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -60,13 +73,13 @@ func (t *Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Re
 
 // QueryContext runs a query in the transaction and returns its rows through
 // database/sql (see the package documentation for the values' types).
-func (t *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+func (t dbtx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	return sqlView().QueryContext(withTx(ctx, t.tx), query, args...)
 }
 
 // QueryRowContext runs a query in the transaction that returns at most one
 // row, through database/sql like QueryContext.
-func (t *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+func (t dbtx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	return sqlView().QueryRowContext(withTx(ctx, t.tx), query, args...)
 }
 

@@ -102,3 +102,19 @@ func TestNoDatabaseSQL(t *testing.T) {
 		t.Fatal("no source file checked")
 	}
 }
+
+// TestPageShowsMain: docs/integrations/pgx.md shows main.go as it is, so the
+// page's example is one that runs.
+func TestPageShowsMain(t *testing.T) {
+	page, err := os.ReadFile("../../docs/integrations/pgx.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	main, err := os.ReadFile("main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(page, []byte("```go\n"+string(main)+"```\n")) {
+		t.Fatal("docs/integrations/pgx.md does not show samples/pgxservice/main.go as it is; copy the file into the page")
+	}
+}
