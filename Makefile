@@ -61,8 +61,8 @@ demo: ## Run the demo (SQLite in a temp dir, no server needed)
 	$(GO) run ./samples/demo
 
 .PHONY: samples
-samples: ## Build every sample under samples/ (a compile check; go test runs them)
-	$(GO) build ./samples/...
+samples: ## Build every sample under samples/, the nested sample modules included (a compile check; go test runs them)
+	$(GO) build ./samples/... $(addsuffix /...,$(filter ./samples/%,$(MODULES)))
 
 .PHONY: tidy
 tidy: ## go mod tidy in every module
@@ -74,7 +74,7 @@ screenshots: ## Refresh docs/images/console-*.png: the browser test drives the c
 	cd console/browsertest && OUTBOX_SCREENSHOTS=$(CURDIR)/docs/images $(GO) test -count=1 -run 'TestConsoleInBrowser/sqlite' .
 
 .PHONY: httpservice
-httpservice: ## Run samples/httpservice on the local PostgreSQL; ARGS='-addr :9000 -dsn ...' to change; Ctrl-C stops it
+httpservice: ## Run samples/httpservice on the local PostgreSQL; ARGS='-addr :9000 -dsn ... -nats nats://127.0.0.1:4222' to change; Ctrl-C stops it
 	@# Built, then run: go run exits 1 when interrupted, even after the
 	@# program it runs has shut down cleanly and exited 0.
 	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \

@@ -27,6 +27,18 @@
 // -table, the outbox table (default outbox_event); the service keeps its own
 // rows in <table>_orders and <table>_emails, so that runs with different
 // -table values never share data.
+//
+// With -nats URL the service publishes its events to NATS JetStream instead
+// of sending the e-mails itself: each event becomes one message, stored in
+// the stream <TABLE>_EVENTS (created if missing) on the subject
+// <TABLE>_EVENTS.Order.<event type>, with the event id as Nats-Msg-Id; the
+// event is DONE once JetStream acknowledged it. The e-mails are then another
+// service's job (samples/natsinbox shows a consumer):
+//
+//	go run ./samples/httpservice -nats nats://127.0.0.1:4222
+//
+// The sample is a module of its own, so that the root module needs no NATS
+// client.
 package main
 
 import (
@@ -79,6 +91,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	dsn := fs.String("dsn", defaultDSN, "PostgreSQL `DSN`")
 	addr := fs.String("addr", "127.0.0.1:8080", "listen `address`")
 	table := fs.String("table", "outbox_event", "outbox table `name`; the service's tables are NAME_orders and NAME_emails")
+	natsURL := fs.String("nats", "", "NATS `URL` (JetStream enabled): publish the events to the stream TABLE_EVENTS instead of sending the e-mails")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -107,12 +120,23 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("create tables: %w", err)
 	}
 
-	// Listeners: one per (aggregate type, event type).
+	// Listeners: one per (aggregate type, event type); with -nats, the
+	// JetStream publisher for both.
+	placed, cancelled := core.Listener(core.ListenerFunc(svc.sendConfirmation)), core.Listener(core.ListenerFunc(svc.sendCancellation))
+	if *natsURL != "" {
+		pub, stream, closeNATS, err := natsPublisher(ctx, *natsURL, *table)
+		if err != nil {
+			return err
+		}
+		defer closeNATS() // after the outbox has stopped: run's other defers come first
+		placed, cancelled = pub, pub
+		log.Info().Str("stream", stream).Msg("publishing to NATS JetStream")
+	}
 	reg := core.NewRegistry()
-	if err := reg.Register(Order, OrderPlaced, core.ListenerFunc(svc.sendConfirmation)); err != nil {
+	if err := reg.Register(Order, OrderPlaced, placed); err != nil {
 		return err
 	}
-	if err := reg.Register(Order, OrderCancelled, core.ListenerFunc(svc.sendCancellation)); err != nil {
+	if err := reg.Register(Order, OrderCancelled, cancelled); err != nil {
 		return err
 	}
 

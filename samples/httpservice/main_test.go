@@ -65,24 +65,7 @@ func TestService(t *testing.T) {
 	}
 	table := testdb.UniqueName("httpsvc")
 	t.Cleanup(func() { dropTables(t, dsn, table) })
-
-	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	logs := &logWriter{addrc: make(chan string, 1)}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"-dsn", dsn, "-addr", "127.0.0.1:0", "-table", table}, logs) }()
-	var base string
-	select {
-	case addr := <-logs.addrc:
-		base = "http://" + addr
-	case err := <-done:
-		t.Fatalf("run returned before listening: %v\n%s", err, logs)
-	case <-time.After(waitFor):
-		t.Fatalf("service not listening after %s\n%s", waitFor, logs)
-	}
-	client := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
-	defer client.CloseIdleConnections()
-	c := &apiClient{t: t, base: base, http: client}
+	c, shutdown := serve(t, "-dsn", dsn, "-addr", "127.0.0.1:0", "-table", table)
 
 	// Bad input: 400, nothing written.
 	for _, body := range []string{`{bad`, `{"customer":"ada@example.com","total_cents":1}{}`,
@@ -158,18 +141,46 @@ func TestService(t *testing.T) {
 		t.Errorf("outbox_delivery_latency_seconds_count: hot %v, cold %v; want 7 in all, at least 6 hot", hot, cold)
 	}
 
-	// Graceful shutdown, as on SIGTERM.
-	stop()
+	shutdown()
+}
+
+// serve runs the service in-process with args until the returned shutdown
+// is called, which stops it as SIGTERM would and checks that it stopped
+// cleanly.
+func serve(t *testing.T, args ...string) (c *apiClient, shutdown func()) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	logs := &logWriter{addrc: make(chan string, 1)}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, logs) }()
+	var base string
 	select {
+	case addr := <-logs.addrc:
+		base = "http://" + addr
 	case err := <-done:
-		if err != nil {
-			t.Fatalf("run: %v\n%s", err, logs)
-		}
+		stop()
+		t.Fatalf("run returned before listening: %v\n%s", err, logs)
 	case <-time.After(waitFor):
-		t.Fatalf("no shutdown after %s\n%s", waitFor, logs)
+		stop()
+		t.Fatalf("service not listening after %s\n%s", waitFor, logs)
 	}
-	if !strings.Contains(logs.String(), `"message":"stopped"`) {
-		t.Errorf("no stopped line in the logs:\n%s", logs)
+	client := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
+	c = &apiClient{t: t, base: base, http: client}
+	return c, func() {
+		t.Helper()
+		client.CloseIdleConnections()
+		stop()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("run: %v\n%s", err, logs)
+			}
+		case <-time.After(waitFor):
+			t.Fatalf("no shutdown after %s\n%s", waitFor, logs)
+		}
+		if !strings.Contains(logs.String(), `"message":"stopped"`) {
+			t.Errorf("no stopped line in the logs:\n%s", logs)
+		}
 	}
 }
 
@@ -271,8 +282,8 @@ func dropTables(t *testing.T, dsn, table string) {
 		return
 	}
 	defer db.Close()
-	if _, err := db.ExecContext(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %s, %s, %s`,
-		quoteIdent(table), quoteIdent(table+"_orders"), quoteIdent(table+"_emails"))); err != nil {
+	if _, err := db.ExecContext(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %s, %s, %s, %s`,
+		quoteIdent(table), quoteIdent(table+"_key"), quoteIdent(table+"_orders"), quoteIdent(table+"_emails"))); err != nil {
 		t.Errorf("drop tables: %v", err)
 	}
 }
