@@ -138,6 +138,12 @@ bench: ## Benchmarks W1-W3 on SQLite, and on PostgreSQL/MariaDB when their DSNs 
 	$(GO) run ./bench $(BENCHFLAGS)
 	@if [ "$(BENCH_BROKER)" != "0" ]; then $(MAKE) --no-print-directory bench-broker; fi
 
+.PHONY: soak
+soak: ## Soak: SOAK_EVENTS (10,000,000) events through W1 then W2 on PostgreSQL and MariaDB, a line a minute (hours; SOAKFLAGS adds bench flags)
+	OUTBOX_POSTGRES_DSN=$${OUTBOX_POSTGRES_DSN-postgres://postgres@127.0.0.1:5432/test?sslmode=disable} \
+	OUTBOX_MYSQL_DSN=$${OUTBOX_MYSQL_DSN-root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC} \
+	$(GO) run ./bench -w soak -db postgres,mysql -soak-events $${SOAK_EVENTS-10000000} -timeout 6h $(SOAKFLAGS)
+
 .PHONY: bench-broker
 bench-broker: ## Benchmark "outbox to broker": backlog drain into JetStream and RabbitMQ vs a raw async publish loop, commit-to-ack latency (BROKERBENCHFLAGS=-h lists the flags)
 	OUTBOX_NATS_URL=$${OUTBOX_NATS_URL-nats://127.0.0.1:4222} \

@@ -29,6 +29,12 @@
 //     commit-to-listener latency, duplicates, the writers' transaction time
 //     and the claims/s of the idle instances afterwards. -no-wake compares
 //     it without NOTIFY/LISTEN.
+//   - Soak (only with -w soak; make soak): -soak-events events through W1
+//     (one instance delivering while the writers write), then a backlog of
+//     as many drained by one instance, with a line every -soak-every: rates,
+//     backlog, resident memory, and the claim, DONE-batch and (W1) delivery
+//     latencies of that window; a summary compares the first window with
+//     the last.
 //
 // Every table a run creates has a unique name and is dropped at the end.
 // Benchmarks are never part of go test.
@@ -80,6 +86,8 @@ type config struct {
 	busyInterval   time.Duration
 	noWake         bool
 	w4Events       int
+	soakEvents     int
+	soakEvery      time.Duration
 	w4Rate         int
 	w4Writers      int
 	w4Idle         time.Duration
@@ -105,7 +113,9 @@ func (c *config) applyDispatch(d *dispatch.Config) {
 func main() {
 	var c config
 	flag.StringVar(&c.dbs, "db", "sqlite,postgres,mysql", "databases, comma-separated (servers without their DSN variable are skipped)")
-	flag.StringVar(&c.workloads, "w", "w1,w2,w3", "workloads, comma-separated: w1, w2, w3, w4")
+	flag.StringVar(&c.workloads, "w", "w1,w2,w3", "workloads, comma-separated: w1, w2, w3, w4, soak")
+	flag.IntVar(&c.soakEvents, "soak-events", 10000000, "soak: events through W1, then as many through W2")
+	flag.DurationVar(&c.soakEvery, "soak-every", time.Minute, "soak: reporting window")
 	flag.IntVar(&c.w1Events, "w1-events", 60000, "W1: business transactions (one event each)")
 	flag.IntVar(&c.rounds, "rounds", 3, "W1: alternate the raw baseline and the outbox runs in this many rounds")
 	flag.IntVar(&c.writers, "writers", 16, "W1: concurrent writers")
@@ -152,7 +162,7 @@ func main() {
 	if *large {
 		c.w2Events = 1000000
 	}
-	if c.rounds < 1 || c.w1Events < c.rounds || c.writers < 1 || c.w2Events < 1 || c.w4Events < 1 || c.w4Rate < 1 || c.w4Writers < 1 {
+	if c.rounds < 1 || c.w1Events < c.rounds || c.writers < 1 || c.w2Events < 1 || c.w4Events < 1 || c.w4Rate < 1 || c.w4Writers < 1 || c.soakEvents < 1 || c.soakEvery <= 0 {
 		fmt.Fprintln(os.Stderr, "bench: -rounds, -writers, -w1-events, -w2-events, -w4-events, -w4-rate and -w4-writers must be positive, and -w1-events at least -rounds")
 		os.Exit(2)
 	}
@@ -213,7 +223,7 @@ func run(c *config) error {
 	wl := map[string]bool{}
 	for w := range strings.SplitSeq(c.workloads, ",") {
 		switch w = strings.TrimSpace(strings.ToLower(w)); w {
-		case "w1", "w2", "w3", "w4":
+		case "w1", "w2", "w3", "w4", "soak":
 			wl[w] = true
 		case "":
 		default:
@@ -275,6 +285,13 @@ func run(c *config) error {
 			rs, err := runW4(ctx, c, tg)
 			if err != nil {
 				return fmt.Errorf("%s W4: %w", tg.name, err)
+			}
+			rep.Results = append(rep.Results, rs...)
+		}
+		if wl["soak"] {
+			rs, err := runSoak(ctx, c, tg)
+			if err != nil {
+				return fmt.Errorf("%s soak: %w", tg.name, err)
 			}
 			rep.Results = append(rep.Results, rs...)
 		}

@@ -31,9 +31,11 @@ type result struct {
 	StoreErrors int64 `json:"store_errors"`
 	// W2: delivery rate per reporting interval, and the process's peak RSS
 	// during the drain and its growth over the RSS at the start of it.
-	Rates        []float64 `json:"rates_per_interval,omitempty"`
-	PeakRSSMiB   float64   `json:"peak_rss_mib,omitempty"`
-	RSSGrowthMiB float64   `json:"rss_growth_mib,omitempty"`
+	Rates []float64 `json:"rates_per_interval,omitempty"`
+	// Soak: the windows of a soak run (-w soak).
+	Soak         []soakWindow `json:"soak_windows,omitempty"`
+	PeakRSSMiB   float64      `json:"peak_rss_mib,omitempty"`
+	RSSGrowthMiB float64      `json:"rss_growth_mib,omitempty"`
 	// Rounds is how many alternating rounds the run was split into, and
 	// RoundRates the events/s of each.
 	Rounds     int       `json:"rounds,omitempty"`
