@@ -379,7 +379,11 @@ func resetPeakRSS() {
 
 // peakRSS returns the peak resident set size in bytes since resetPeakRSS
 // (VmHWM), or 0 where /proc is missing.
-func peakRSS() int64 {
+func peakRSS() int64 { return procStatusBytes("VmHWM:") }
+
+// procStatusBytes returns the size in bytes that the line of /proc/self/status
+// starting with key gives in kB, or 0 where /proc or the line is missing.
+func procStatusBytes(key string) int64 {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		return 0
@@ -387,7 +391,7 @@ func peakRSS() int64 {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), key); ok {
 			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			return kb << 10
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/rs/zerolog"
 
@@ -40,6 +41,25 @@ func envelope(t *testing.T, aggType, aggID, eventType, id string) core.Envelope 
 	return env
 }
 
+// startOutbox starts an Outbox on store whose background side runs on pool
+// through pgx's database/sql adapter, with metrics counting the queues; it
+// is closed when the test ends.
+func startOutbox(t *testing.T, pool *pgxpool.Pool, store core.Store, reg *core.Registry) (*outbox.Outbox, *queueCount) {
+	t.Helper()
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { _ = db.Close() })
+	metrics := &queueCount{}
+	ob, err := outbox.New(outbox.Config{DB: db, Store: store, Registry: reg, Metrics: metrics, Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ob.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ob.Close(context.Background()) })
+	return ob, metrics
+}
+
 // TestOutboxOnPgxPool runs an Outbox whose writes happen in pgx
 // transactions and whose background side runs on the same pgxpool: events
 // committed with pgxtx reach their listener through the hot path, in key
@@ -48,9 +68,6 @@ func envelope(t *testing.T, aggType, aggID, eventType, id string) core.Envelope 
 func TestOutboxOnPgxPool(t *testing.T) {
 	tg := testdb.Postgres(t)
 	pool := testdb.PgxPool(t)
-	db := stdlib.OpenDBFromPool(pool)
-	t.Cleanup(func() { _ = db.Close() })
-
 	var (
 		mu  sync.Mutex
 		got []string
@@ -74,22 +91,13 @@ func TestOutboxOnPgxPool(t *testing.T) {
 			}
 		}
 	}
-	metrics := &queueCount{}
-	ob, err := outbox.New(outbox.Config{DB: db, Store: tg.Ordered, Registry: reg, Metrics: metrics, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ob, metrics := startOutbox(t, pool, tg.Ordered, reg)
 	ctx := context.Background()
-	if err := ob.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ob.Close(context.Background()) })
-
 	table := items(t, pool)
 	txm := newManager(t, pool, pgxtx.Config{})
 	// "Order" is ordered (storetest.Ordering, testdb's Target.Ordered): three events of one key in
 	// one transaction; "Invoice" is not.
-	err = txm.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+	err := txm.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (name) VALUES ('o-1')"); err != nil {
 			return err
 		}
@@ -178,8 +186,6 @@ func TestOutboxOnPgxPool(t *testing.T) {
 func TestDBTXOfYourOwnTx(t *testing.T) {
 	tg := testdb.Postgres(t)
 	pool := testdb.PgxPool(t)
-	db := stdlib.OpenDBFromPool(pool)
-	t.Cleanup(func() { _ = db.Close() })
 	delivered := make(chan string, 2)
 	reg := core.NewRegistry()
 	err := reg.RegisterFunc(core.AggregateName("Order"), core.EventName("Placed"), func(ctx context.Context, ev core.Event) error {
@@ -189,16 +195,8 @@ func TestDBTXOfYourOwnTx(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	metrics := &queueCount{}
-	ob, err := outbox.New(outbox.Config{DB: db, Store: tg.Store, Registry: reg, Metrics: metrics, Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ob, metrics := startOutbox(t, pool, tg.Store, reg)
 	ctx := context.Background()
-	if err := ob.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ob.Close(context.Background()) })
 
 	write := func(id string, commit bool) {
 		tx, err := pool.Begin(ctx)
