@@ -155,15 +155,20 @@ func TestOutboxOnPgxPool(t *testing.T) {
 		t.Fatalf("delivered %d of %d in 30 s: %q", len(got), want, got)
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	var order []string
 	for _, g := range got {
 		if g[:5] == "Order" {
 			order = append(order, g)
 		}
 	}
+	mu.Unlock()
 	if fmt.Sprint(order) != "[Order/o-1 Placed seq 1 Order/o-1 Paid seq 2 Order/o-1 Shipped seq 3]" {
 		t.Errorf("ordered key delivered as %q", order)
+	}
+	// Closing waits for the dispatcher and the poller, whose queue counts
+	// follow their hand-offs (a delivery can come first).
+	if err := ob.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 	// Everything went through the hot queue, nothing through the poller:
 	// the head of the ordered key and the two invoices after their
@@ -222,6 +227,11 @@ func TestDBTXOfYourOwnTx(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("o-1 not delivered in 30 s")
+	}
+	// Closing waits for the dispatcher and the poller, whose queue counts
+	// follow their hand-offs (a delivery can come first).
+	if err := ob.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 	if hot, cold := metrics.hot.Load(), metrics.cold.Load(); hot != 0 || cold != 1 {
 		t.Errorf("hot/cold enqueued %d/%d, want 0/1: the poller delivers", hot, cold)
