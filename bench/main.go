@@ -62,6 +62,7 @@ type config struct {
 	dbs, workloads string
 	orderedKeys    []int // W1: also run ordered over each of these key counts
 	pgx            bool  // PostgreSQL W1 and W2: also run on pgx (pgxtx, pgxpool)
+	rawDone        bool  // W1: also run the raw INSERT with raw DONE batches (always on SQLite)
 	w1Events       int
 	rounds         int
 	writers        int
@@ -121,6 +122,7 @@ func main() {
 	flag.IntVar(&c.writers, "writers", 16, "W1: concurrent writers")
 	orderedKeys := flag.String("ordered-keys", "1000,10", "W1: also run with ordering on over these numbers of keys, comma-separated (\"\": none)")
 	flag.BoolVar(&c.pgx, "pgx", true, "PostgreSQL W1 and W2: also run an instance on pgx (writes in pgxtx transactions, background side on the same pgxpool)")
+	flag.BoolVar(&c.rawDone, "raw-done", false, "W1: also run the raw INSERT with a marker setting the rows DONE in batches like the dispatcher's (always on SQLite, where one connection writes)")
 	flag.IntVar(&c.w2Events, "w2-events", 100000, "W2: pending rows in the backlog (1000000 for the memory check)")
 	large := flag.Bool("large", false, "W2 with 1,000,000 pending rows (same as -w2-events 1000000)")
 	flag.IntVar(&c.workers, "workers", dispatch.DefaultWorkers, "dispatcher workers")

@@ -286,11 +286,15 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 		instances int // 0: the raw baseline
 		keys      int // > 0: ordered over this many keys
 		pgx       bool
+		rawDone   bool // the raw INSERT with its DONE batches (w1RawDone)
 		rounds    []result
 		lat       []time.Duration
 		stats     callStats
 	}
 	kinds := []*kind{{name: "business + raw outbox INSERT"}}
+	if tg.name == "sqlite" || c.rawDone {
+		kinds = append(kinds, &kind{name: "raw INSERT + raw DONE batches", rawDone: true})
+	}
 	if w1 || w3 {
 		kinds = append(kinds, &kind{name: "outbox, 1 instance", instances: 1})
 	}
@@ -308,9 +312,12 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 			fmt.Printf("    round %d: %s ...\n", round+1, k.name)
 			var r result
 			var lat []time.Duration
-			if k.instances == 0 {
+			switch {
+			case k.rawDone:
+				r, err = w1RawDone(ctx, c, tg, data)
+			case k.instances == 0:
 				r, err = w1Baseline(ctx, c, tg, data, true)
-			} else {
+			default:
 				r, lat, err = w1Outbox(ctx, c, tg, data, k.instances, k.keys, k.pgx, &k.stats)
 			}
 			if err != nil {
