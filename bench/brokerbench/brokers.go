@@ -68,7 +68,9 @@ func (t *jsTarget) Raw(ctx context.Context, evs []core.Event, _ int, bare bool) 
 		} else {
 			m = t.pub.Message(ev)
 		}
-		f, err := t.js.PublishMsgAsync(m)
+		// A full window waits for room (the client's default gives up
+		// after 200ms, which a loaded machine exceeds).
+		f, err := t.js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute))
 		if err != nil {
 			return err
 		}
