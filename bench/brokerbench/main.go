@@ -8,6 +8,13 @@
 //	go run ./bench/brokerbench                 # both brokers, SQLite outbox
 //	go run ./bench/brokerbench -broker jetstream -db postgres -n 50000
 //
+// The raw loop publishes the very messages the publisher would send for the
+// same events (-raw-bare: payload and dedupe id only). Beside the rates, the
+// bench reports the CPU time per message of its own process and of the
+// broker's server process (found by name on this machine, or -nats-pid,
+// -rabbitmq-pid), and the poller's claims, so that a run on a loaded
+// machine still says where the time goes.
+//
 // Each run makes its own stream, exchange, queue and outbox table, with
 // unique names, and deletes them at the end. Kafka is not measured: no
 // Kafka server can run on the project's machines (its tests use kfake).
@@ -85,6 +92,7 @@ func main() {
 	fmt.Println("| broker | run | msgs/s | ratio | per round | commit-to-ack p50 ms | p99 ms | max ms | CPU µs/msg bench / server | claims (events each) |")
 	fmt.Println("|---|---|---:|---:|---|---:|---:|---:|---|---|")
 	failed := false
+	var notes []string
 	for name := range strings.SplitSeq(*flagBroker, ",") {
 		tg, err := open(ctx, name)
 		if err != nil {
@@ -92,13 +100,21 @@ func main() {
 			failed = failed || errors.Is(err, errBadFlag)
 			continue
 		}
-		if err := measure(ctx, tg, payload); err != nil {
+		note, err := measure(ctx, tg, payload)
+		if err != nil {
 			log.Printf("%s: %v", name, err)
 			failed = true
 		}
+		if note != "" {
+			notes = append(notes, note)
+		}
 		tg.Close()
 	}
-	fmt.Printf("\nload average at the end: %s\n", loadAvg())
+	fmt.Println()
+	for _, n := range notes {
+		fmt.Println(n)
+	}
+	fmt.Printf("load average at the end: %s\n", loadAvg())
 	if failed {
 		os.Exit(1)
 	}
@@ -116,7 +132,9 @@ func open(ctx context.Context, name string) (target, error) {
 	return nil, fmt.Errorf("%w: unknown broker %q", errBadFlag, name)
 }
 
-func measure(ctx context.Context, tg target, payload []byte) error {
+// measure prints tg's rows of the table, and returns a note on the CPU
+// they cost.
+func measure(ctx context.Context, tg target, payload []byte) (string, error) {
 	var rawRates, obRates, noopRates []float64
 	var rawTotal, obTotal, noopTotal time.Duration
 	var rawCPU, obCPU, noopCPU cpuUse
@@ -128,30 +146,30 @@ func measure(ctx context.Context, tg target, payload []byte) error {
 		// Nats-Msg-Id it stored in the last round as duplicates.
 		evs, err := events(*flagN, payload)
 		if err != nil {
-			return err
+			return "", err
 		}
 		if err := tg.Reset(ctx); err != nil {
-			return err
+			return "", err
 		}
 		c0 := meter.read()
 		start := time.Now()
 		if err := tg.Raw(ctx, evs, *flagWindow, *flagRawBare); err != nil {
-			return fmt.Errorf("raw loop: %w", err)
+			return "", fmt.Errorf("raw loop: %w", err)
 		}
 		d := time.Since(start)
 		rawCPU = rawCPU.add(meter.read().sub(c0))
 		rawTotal += d
 		rawRates = append(rawRates, float64(*flagN)/d.Seconds())
 		if n, err := tg.Count(ctx); err != nil || n != *flagN {
-			return fmt.Errorf("raw loop: broker holds %d messages, want %d (%v)", n, *flagN, err)
+			return "", fmt.Errorf("raw loop: broker holds %d messages, want %d (%v)", n, *flagN, err)
 		}
 
 		if err := tg.Reset(ctx); err != nil {
-			return err
+			return "", err
 		}
 		r, err := outboxRun(ctx, tg, meter, payload, round == 0, false)
 		if err != nil {
-			return fmt.Errorf("outbox run: %w", err)
+			return "", fmt.Errorf("outbox run: %w", err)
 		}
 		obTotal += r.drain
 		obCPU = obCPU.add(r.cpu)
@@ -159,14 +177,14 @@ func measure(ctx context.Context, tg target, payload []byte) error {
 		obRates = append(obRates, float64(*flagN)/r.drain.Seconds())
 		lat = append(lat, r.lat...)
 		if n, err := tg.Count(ctx); err != nil || n < *flagN {
-			return fmt.Errorf("outbox run: broker holds %d messages, want %d (%v)", n, *flagN, err)
+			return "", fmt.Errorf("outbox run: broker holds %d messages, want %d (%v)", n, *flagN, err)
 		}
 
 		// The same drain with a listener that publishes nothing: the
 		// outbox's own ceiling on this database, which bounds the ratio.
 		r, err = outboxRun(ctx, tg, meter, payload, false, true)
 		if err != nil {
-			return fmt.Errorf("outbox run, no-op listener: %w", err)
+			return "", fmt.Errorf("outbox run, no-op listener: %w", err)
 		}
 		noopTotal += r.drain
 		noopCPU = noopCPU.add(r.cpu)
@@ -183,7 +201,22 @@ func measure(ctx context.Context, tg target, payload []byte) error {
 	noop := float64(total) / noopTotal.Seconds()
 	fmt.Printf("| %s | outbox drain, no-op listener (ceiling) | %.0f | %.2f | %s | | | | %s | %s |\n", tg.Name(), noop, noop/raw, rates(noopRates),
 		noopCPU.perMsg(total), claimsPer(noopClaims, noopClaimed))
-	return nil
+	return cpuNote(tg.Name(), total, rawCPU, obCPU, noopCPU), nil
+}
+
+// cpuNote compares the CPU time per message, bench and server together, of
+// the raw loop and the outbox drains. Where CPU is what limits the rate (a
+// few shared cores), the ratio of the rates tends to the inverse ratio of
+// these costs, and a publisher that cost nothing would still add the no-op
+// drain's cost to the raw loop's.
+func cpuNote(name string, msgs int, raw, ob, noop cpuUse) string {
+	if raw.server < 0 || ob.server < 0 || noop.server < 0 {
+		return ""
+	}
+	r, o, n := raw.self+raw.server, ob.self+ob.server, noop.self+noop.server
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(msgs) }
+	return fmt.Sprintf("%s: CPU µs per message, bench and server: raw %.0f, outbox drain %.0f, no-op drain %.0f; raw/drain %.2f, raw/(raw+no-op) %.2f",
+		name, us(r), us(o), us(n), float64(r)/float64(max(o, 1)), float64(r)/float64(max(r+n, 1)))
 }
 
 // events returns n events like those of the outbox runs, for the raw loop.
