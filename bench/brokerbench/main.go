@@ -9,7 +9,9 @@
 //	go run ./bench/brokerbench -broker jetstream -db postgres -n 50000
 //
 // The raw loop publishes the very messages the publisher would send for the
-// same events (-raw-bare: payload and dedupe id only). Beside the rates, the
+// same events (-raw-bare: payload and dedupe id only). A second row runs the
+// publisher alone, without an outbox: as many goroutines as -workers call
+// its Handle, which separates the publisher's cost from the outbox's. Beside the rates, the
 // bench reports the CPU time per message of its own process and of the
 // broker's server process (found by name on this machine, or -nats-pid,
 // -rabbitmq-pid), and the poller's claims, so that a run on a loaded
@@ -135,9 +137,9 @@ func open(ctx context.Context, name string) (target, error) {
 // measure prints tg's rows of the table, and returns a note on the CPU
 // they cost.
 func measure(ctx context.Context, tg target, payload []byte) (string, error) {
-	var rawRates, obRates, noopRates []float64
-	var rawTotal, obTotal, noopTotal time.Duration
-	var rawCPU, obCPU, noopCPU cpuUse
+	var rawRates, pubRates, obRates, noopRates []float64
+	var rawTotal, pubTotal, obTotal, noopTotal time.Duration
+	var rawCPU, pubCPU, obCPU, noopCPU cpuUse
 	var obClaims, obClaimed, noopClaims, noopClaimed int64
 	var lat []time.Duration
 	meter := cpuMeter{pid: tg.ServerPID()}
@@ -162,6 +164,28 @@ func measure(ctx context.Context, tg target, payload []byte) (string, error) {
 		rawRates = append(rawRates, float64(*flagN)/d.Seconds())
 		if n, err := tg.Count(ctx); err != nil || n != *flagN {
 			return "", fmt.Errorf("raw loop: broker holds %d messages, want %d (%v)", n, *flagN, err)
+		}
+
+		// The publisher alone, without an outbox: as many goroutines as
+		// the dispatcher has workers call Handle, each waiting for its
+		// own acknowledgement as a worker does.
+		if evs, err = events(*flagN, payload); err != nil {
+			return "", err
+		}
+		if err := tg.Reset(ctx); err != nil {
+			return "", err
+		}
+		c0 = meter.read()
+		start = time.Now()
+		if err := publishAlone(ctx, tg.Listener(), evs, *flagWorkers); err != nil {
+			return "", fmt.Errorf("publisher alone: %w", err)
+		}
+		d = time.Since(start)
+		pubCPU = pubCPU.add(meter.read().sub(c0))
+		pubTotal += d
+		pubRates = append(pubRates, float64(*flagN)/d.Seconds())
+		if n, err := tg.Count(ctx); err != nil || n != *flagN {
+			return "", fmt.Errorf("publisher alone: broker holds %d messages, want %d (%v)", n, *flagN, err)
 		}
 
 		if err := tg.Reset(ctx); err != nil {
@@ -195,6 +219,9 @@ func measure(ctx context.Context, tg target, payload []byte) (string, error) {
 	raw := float64(total) / rawTotal.Seconds()
 	ob := float64(total) / obTotal.Seconds()
 	fmt.Printf("| %s | raw async publish | %.0f | 1.00 | %s | | | | %s | |\n", tg.Name(), raw, rates(rawRates), rawCPU.perMsg(total))
+	pub := float64(total) / pubTotal.Seconds()
+	fmt.Printf("| %s | publisher alone, %d concurrent calls, no outbox | %.0f | %.2f | %s | | | | %s | |\n", tg.Name(), *flagWorkers, pub, pub/raw,
+		rates(pubRates), pubCPU.perMsg(total))
 	slices.Sort(lat)
 	fmt.Printf("| %s | outbox backlog drain | %.0f | %.2f | %s | %s | %s | %s | %s | %s |\n", tg.Name(), ob, ob/raw, rates(obRates),
 		ms(pct(lat, 50)), ms(pct(lat, 99)), ms(pct(lat, 100)), obCPU.perMsg(total), claimsPer(obClaims, obClaimed))
@@ -217,6 +244,33 @@ func cpuNote(name string, msgs int, raw, ob, noop cpuUse) string {
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(msgs) }
 	return fmt.Sprintf("%s: CPU µs per message, bench and server: raw %.0f, outbox drain %.0f, no-op drain %.0f; raw/drain %.2f, raw/(raw+no-op) %.2f",
 		name, us(r), us(o), us(n), float64(r)/float64(max(o, 1)), float64(r)/float64(max(r+n, 1)))
+}
+
+// publishAlone calls l.Handle for every event of evs from workers
+// goroutines, and returns the first error.
+func publishAlone(ctx context.Context, l core.Listener, evs []core.Event, workers int) error {
+	var next atomic.Int64
+	var first atomic.Value
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(evs) || first.Load() != nil {
+					return
+				}
+				if err := l.Handle(ctx, evs[i]); err != nil {
+					first.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, ok := first.Load().(error); ok {
+		return err
+	}
+	return nil
 }
 
 // events returns n events like those of the outbox runs, for the raw loop.
