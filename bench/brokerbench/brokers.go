@@ -50,17 +50,27 @@ func openJetStream(ctx context.Context, url string) (*jsTarget, error) {
 func (t *jsTarget) Name() string            { return "NATS JetStream 2.9 (file, R1)" }
 func (t *jsTarget) Listener() core.Listener { return t.pub }
 
-// Raw publishes n messages asynchronously, at most window awaiting their
-// PubAck, each with its own Nats-Msg-Id as the publisher sets, and waits
-// for every ack.
-func (t *jsTarget) Raw(ctx context.Context, n, window int, payload []byte) error {
+func (t *jsTarget) ServerPID() int { return serverPID(*flagNATSPID, "nats-server") }
+
+// Raw publishes evs asynchronously from one goroutine, at most window
+// awaiting their PubAck (the client's async max pending), each with its
+// event id as Nats-Msg-Id as the publisher sets it, and waits for every
+// ack.
+func (t *jsTarget) Raw(ctx context.Context, evs []core.Event, _ int, bare bool) error {
 	subject := t.stream + ".Order.OrderPlaced"
-	futures := make([]jetstream.PubAckFuture, 0, n)
-	for i := range n {
-		m := nats.NewMsg(subject)
-		m.Data = payload
-		m.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("raw-%d-%d", time.Now().UnixNano(), i))
-		f, err := t.js.PublishMsgAsync(m)
+	futures := make([]jetstream.PubAckFuture, 0, len(evs))
+	for _, ev := range evs {
+		var m *nats.Msg
+		if bare {
+			m = nats.NewMsg(subject)
+			m.Data = ev.Payload()
+			m.Header.Set(jetstream.MsgIDHeader, ev.ID())
+		} else {
+			m = t.pub.Message(ev)
+		}
+		// A full window waits for room (the client's default gives up
+		// after 200ms, which a loaded machine exceeds).
+		f, err := t.js.PublishMsgAsync(m, jetstream.WithStallWait(time.Minute))
 		if err != nil {
 			return err
 		}
@@ -146,9 +156,12 @@ func openRabbitMQ(_ context.Context, url string) (*rmqTarget, error) {
 func (t *rmqTarget) Name() string            { return "RabbitMQ 3 (durable queue, persistent, confirms)" }
 func (t *rmqTarget) Listener() core.Listener { return t.pub }
 
-// Raw publishes n messages on one confirm-mode channel with mandatory set,
-// at most window awaiting their confirm, and waits for every confirm.
-func (t *rmqTarget) Raw(ctx context.Context, n, window int, payload []byte) error {
+func (t *rmqTarget) ServerPID() int { return serverPID(*flagAMQPPID, "beam.smp") }
+
+// Raw publishes evs from one goroutine on one confirm-mode channel with
+// mandatory set, at most window awaiting their confirm, and waits for every
+// confirm.
+func (t *rmqTarget) Raw(ctx context.Context, evs []core.Event, window int, bare bool) error {
 	ch, err := t.conn.Channel()
 	if err != nil {
 		return err
@@ -170,10 +183,12 @@ func (t *rmqTarget) Raw(ctx context.Context, n, window int, payload []byte) erro
 		}
 		return nil
 	}
-	for i := range n {
-		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, t.exchange, "Order.OrderPlaced", true, false, amqp.Publishing{
-			DeliveryMode: amqp.Persistent, MessageId: fmt.Sprintf("raw-%d", i), Body: payload,
-		})
+	for _, ev := range evs {
+		msg, key := t.pub.Message(ev)
+		if bare {
+			msg = amqp.Publishing{DeliveryMode: amqp.Persistent, MessageId: ev.ID(), Body: ev.Payload()}
+		}
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, t.exchange, key, true, false, msg)
 		if err != nil {
 			return err
 		}
@@ -206,4 +221,16 @@ func (t *rmqTarget) Close() {
 	_, _ = t.ch.QueueDelete(t.queue, false, false, false)
 	_ = t.ch.ExchangeDelete(t.exchange, false, false)
 	_ = t.conn.Close()
+}
+
+// serverPID returns flag when set, -1 as none, and otherwise the only
+// process named comm on this machine (0 when there is none or several).
+func serverPID(flag int, comm string) int {
+	switch {
+	case flag > 0:
+		return flag
+	case flag < 0:
+		return 0
+	}
+	return findProcess(comm)
 }

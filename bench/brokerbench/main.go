@@ -8,6 +8,15 @@
 //	go run ./bench/brokerbench                 # both brokers, SQLite outbox
 //	go run ./bench/brokerbench -broker jetstream -db postgres -n 50000
 //
+// The raw loop publishes the very messages the publisher would send for the
+// same events (-raw-bare: payload and dedupe id only). A second row runs the
+// publisher alone, without an outbox: as many goroutines as -workers call
+// its Handle, which separates the publisher's cost from the outbox's. Beside the rates, the
+// bench reports the CPU time per message of its own process and of the
+// broker's server process (found by name on this machine, or -nats-pid,
+// -rabbitmq-pid), and the poller's claims, so that a run on a loaded
+// machine still says where the time goes.
+//
 // Each run makes its own stream, exchange, queue and outbox table, with
 // unique names, and deletes them at the end. Kafka is not measured: no
 // Kafka server can run on the project's machines (its tests use kfake).
@@ -50,14 +59,22 @@ var (
 	flagWindow  = flag.Int("window", 4096, "the raw loop's publishes awaiting their ack")
 	flagRounds  = flag.Int("rounds", 2, "raw and outbox runs, alternated")
 	flagBatch   = flag.Int("poll-batch", 500, "poller batch size")
-	flagProfile = flag.String("cpuprofile", "", "write a CPU profile of the outbox runs to this file")
+	flagProfile = flag.String("cpuprofile", "", "write a CPU profile of the outbox drains to this file, and of the no-op drains to this file with .noop appended")
+	flagRawBare = flag.Bool("raw-bare", false, "raw loop: publish bare messages (payload and dedupe id only) instead of the publisher's own messages")
+	flagNATSPID = flag.Int("nats-pid", 0, "pid of the nats-server whose CPU time to report; 0 finds the only process named nats-server, -1 reports none")
+	flagAMQPPID = flag.Int("rabbitmq-pid", 0, "pid of the RabbitMQ server (beam.smp) whose CPU time to report; 0 finds the only one, -1 reports none")
 )
 
 // target is one broker: a raw loop, and a listener that publishes to it.
 type target interface {
 	Name() string
-	Raw(ctx context.Context, n, window int, payload []byte) error
+	// Raw publishes evs as fast as the client allows, at most window
+	// awaiting their acknowledgement, and waits for every acknowledgement.
+	// With bare, each message carries the payload and the dedupe id only;
+	// otherwise it is the very message the publisher sends for the event.
+	Raw(ctx context.Context, evs []core.Event, window int, bare bool) error
 	Listener() core.Listener
+	ServerPID() int                         // the broker's server process on this machine, 0 if unknown
 	Count(ctx context.Context) (int, error) // messages the broker holds for this run
 	Reset(ctx context.Context) error        // empty what the last run left
 	Close()
@@ -68,11 +85,16 @@ func main() {
 	log.SetFlags(0)
 	ctx := context.Background()
 	payload := []byte(`{"order_id":"o-123456","customer":"c-98765","total_cents":125000,"currency":"EUR","items":[{"sku":"A-1","qty":2},{"sku":"B-7","qty":1}],"note":"benchmark payload of about two hundred bytes"}`)
-	fmt.Printf("outbox to broker: %d events, %d workers, %s outbox, GOMAXPROCS %d, %s\n\n",
-		*flagN, *flagWorkers, *flagDB, runtime.GOMAXPROCS(0), time.Now().UTC().Format(time.RFC3339))
-	fmt.Println("| broker | run | msgs/s | ratio | per round | commit-to-ack p50 ms | p99 ms | max ms |")
-	fmt.Println("|---|---|---:|---:|---|---:|---:|---:|")
+	raw := "the publisher's own messages"
+	if *flagRawBare {
+		raw = "bare messages"
+	}
+	fmt.Printf("outbox to broker: %d events, %d workers, poll batch %d, %s outbox, raw loop of %s, GOMAXPROCS %d, %d CPUs, load average %s, %s\n\n",
+		*flagN, *flagWorkers, *flagBatch, *flagDB, raw, runtime.GOMAXPROCS(0), runtime.NumCPU(), loadAvg(), time.Now().UTC().Format(time.RFC3339))
+	fmt.Println("| broker | run | msgs/s | ratio | per round | commit-to-ack p50 ms | p99 ms | max ms | CPU µs/msg bench / server | claims (events each) |")
+	fmt.Println("|---|---|---:|---:|---|---:|---:|---:|---|---|")
 	failed := false
+	var notes []string
 	for name := range strings.SplitSeq(*flagBroker, ",") {
 		tg, err := open(ctx, name)
 		if err != nil {
@@ -80,12 +102,21 @@ func main() {
 			failed = failed || errors.Is(err, errBadFlag)
 			continue
 		}
-		if err := measure(ctx, tg, payload); err != nil {
+		note, err := measure(ctx, tg, payload)
+		if err != nil {
 			log.Printf("%s: %v", name, err)
 			failed = true
 		}
+		if note != "" {
+			notes = append(notes, note)
+		}
 		tg.Close()
 	}
+	fmt.Println()
+	for _, n := range notes {
+		fmt.Println(n)
+	}
+	fmt.Printf("load average at the end: %s\n", loadAvg())
 	if failed {
 		os.Exit(1)
 	}
@@ -103,57 +134,161 @@ func open(ctx context.Context, name string) (target, error) {
 	return nil, fmt.Errorf("%w: unknown broker %q", errBadFlag, name)
 }
 
-func measure(ctx context.Context, tg target, payload []byte) error {
-	var rawRates, obRates, noopRates []float64
-	var rawTotal, obTotal, noopTotal time.Duration
+// measure prints tg's rows of the table, and returns a note on the CPU
+// they cost.
+func measure(ctx context.Context, tg target, payload []byte) (string, error) {
+	var rawRates, pubRates, obRates, noopRates []float64
+	var rawTotal, pubTotal, obTotal, noopTotal time.Duration
+	var rawCPU, pubCPU, obCPU, noopCPU cpuUse
+	var obClaims, obClaimed, noopClaims, noopClaimed int64
 	var lat []time.Duration
+	meter := cpuMeter{pid: tg.ServerPID()}
 	for round := range *flagRounds {
-		if err := tg.Reset(ctx); err != nil {
-			return err
+		// New events each round: JetStream would drop messages whose
+		// Nats-Msg-Id it stored in the last round as duplicates.
+		evs, err := events(*flagN, payload)
+		if err != nil {
+			return "", err
 		}
+		if err := tg.Reset(ctx); err != nil {
+			return "", err
+		}
+		c0 := meter.read()
 		start := time.Now()
-		if err := tg.Raw(ctx, *flagN, *flagWindow, payload); err != nil {
-			return fmt.Errorf("raw loop: %w", err)
+		if err := tg.Raw(ctx, evs, *flagWindow, *flagRawBare); err != nil {
+			return "", fmt.Errorf("raw loop: %w", err)
 		}
 		d := time.Since(start)
+		rawCPU = rawCPU.add(meter.read().sub(c0))
 		rawTotal += d
 		rawRates = append(rawRates, float64(*flagN)/d.Seconds())
 		if n, err := tg.Count(ctx); err != nil || n != *flagN {
-			return fmt.Errorf("raw loop: broker holds %d messages, want %d (%v)", n, *flagN, err)
+			return "", fmt.Errorf("raw loop: broker holds %d messages, want %d (%v)", n, *flagN, err)
+		}
+
+		// The publisher alone, without an outbox: as many goroutines as
+		// the dispatcher has workers call Handle, each waiting for its
+		// own acknowledgement as a worker does.
+		if evs, err = events(*flagN, payload); err != nil {
+			return "", err
+		}
+		if err := tg.Reset(ctx); err != nil {
+			return "", err
+		}
+		c0 = meter.read()
+		start = time.Now()
+		if err := publishAlone(ctx, tg.Listener(), evs, *flagWorkers); err != nil {
+			return "", fmt.Errorf("publisher alone: %w", err)
+		}
+		d = time.Since(start)
+		pubCPU = pubCPU.add(meter.read().sub(c0))
+		pubTotal += d
+		pubRates = append(pubRates, float64(*flagN)/d.Seconds())
+		if n, err := tg.Count(ctx); err != nil || n != *flagN {
+			return "", fmt.Errorf("publisher alone: broker holds %d messages, want %d (%v)", n, *flagN, err)
 		}
 
 		if err := tg.Reset(ctx); err != nil {
-			return err
+			return "", err
 		}
-		d, l, err := outboxRun(ctx, tg, payload, round == 0, false)
+		r, err := outboxRun(ctx, tg, meter, payload, round == 0, false)
 		if err != nil {
-			return fmt.Errorf("outbox run: %w", err)
+			return "", fmt.Errorf("outbox run: %w", err)
 		}
-		obTotal += d
-		obRates = append(obRates, float64(*flagN)/d.Seconds())
-		lat = append(lat, l...)
+		obTotal += r.drain
+		obCPU = obCPU.add(r.cpu)
+		obClaims, obClaimed = obClaims+r.claims, obClaimed+r.claimed
+		obRates = append(obRates, float64(*flagN)/r.drain.Seconds())
+		lat = append(lat, r.lat...)
 		if n, err := tg.Count(ctx); err != nil || n < *flagN {
-			return fmt.Errorf("outbox run: broker holds %d messages, want %d (%v)", n, *flagN, err)
+			return "", fmt.Errorf("outbox run: broker holds %d messages, want %d (%v)", n, *flagN, err)
 		}
 
 		// The same drain with a listener that publishes nothing: the
 		// outbox's own ceiling on this database, which bounds the ratio.
-		d, _, err = outboxRun(ctx, tg, payload, false, true)
+		r, err = outboxRun(ctx, tg, meter, payload, false, true)
 		if err != nil {
-			return fmt.Errorf("outbox run, no-op listener: %w", err)
+			return "", fmt.Errorf("outbox run, no-op listener: %w", err)
 		}
-		noopTotal += d
-		noopRates = append(noopRates, float64(*flagN)/d.Seconds())
+		noopTotal += r.drain
+		noopCPU = noopCPU.add(r.cpu)
+		noopClaims, noopClaimed = noopClaims+r.claims, noopClaimed+r.claimed
+		noopRates = append(noopRates, float64(*flagN)/r.drain.Seconds())
 	}
-	raw := float64(*flagN**flagRounds) / rawTotal.Seconds()
-	ob := float64(*flagN**flagRounds) / obTotal.Seconds()
-	fmt.Printf("| %s | raw async publish | %.0f | 1.00 | %s | | | |\n", tg.Name(), raw, rates(rawRates))
+	total := *flagN * *flagRounds
+	raw := float64(total) / rawTotal.Seconds()
+	ob := float64(total) / obTotal.Seconds()
+	fmt.Printf("| %s | raw async publish | %.0f | 1.00 | %s | | | | %s | |\n", tg.Name(), raw, rates(rawRates), rawCPU.perMsg(total))
+	pub := float64(total) / pubTotal.Seconds()
+	fmt.Printf("| %s | publisher alone, %d concurrent calls, no outbox | %.0f | %.2f | %s | | | | %s | |\n", tg.Name(), *flagWorkers, pub, pub/raw,
+		rates(pubRates), pubCPU.perMsg(total))
 	slices.Sort(lat)
-	fmt.Printf("| %s | outbox backlog drain | %.0f | %.2f | %s | %s | %s | %s |\n", tg.Name(), ob, ob/raw, rates(obRates),
-		ms(pct(lat, 50)), ms(pct(lat, 99)), ms(pct(lat, 100)))
-	noop := float64(*flagN**flagRounds) / noopTotal.Seconds()
-	fmt.Printf("| %s | outbox drain, no-op listener (ceiling) | %.0f | %.2f | %s | | | |\n", tg.Name(), noop, noop/raw, rates(noopRates))
+	fmt.Printf("| %s | outbox backlog drain | %.0f | %.2f | %s | %s | %s | %s | %s | %s |\n", tg.Name(), ob, ob/raw, rates(obRates),
+		ms(pct(lat, 50)), ms(pct(lat, 99)), ms(pct(lat, 100)), obCPU.perMsg(total), claimsPer(obClaims, obClaimed))
+	noop := float64(total) / noopTotal.Seconds()
+	fmt.Printf("| %s | outbox drain, no-op listener (ceiling) | %.0f | %.2f | %s | | | | %s | %s |\n", tg.Name(), noop, noop/raw, rates(noopRates),
+		noopCPU.perMsg(total), claimsPer(noopClaims, noopClaimed))
+	return cpuNote(tg.Name(), total, rawCPU, obCPU, noopCPU), nil
+}
+
+// cpuNote compares the CPU time per message, bench and server together, of
+// the raw loop and the outbox drains. Where CPU is what limits the rate (a
+// few shared cores), the ratio of the rates tends to the inverse ratio of
+// these costs, and a publisher that cost nothing would still add the no-op
+// drain's cost to the raw loop's.
+func cpuNote(name string, msgs int, raw, ob, noop cpuUse) string {
+	if raw.server < 0 || ob.server < 0 || noop.server < 0 {
+		return ""
+	}
+	r, o, n := raw.self+raw.server, ob.self+ob.server, noop.self+noop.server
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(msgs) }
+	return fmt.Sprintf("%s: CPU µs per message, bench and server: raw %.0f, outbox drain %.0f, no-op drain %.0f; raw/drain %.2f, raw/(raw+no-op) %.2f",
+		name, us(r), us(o), us(n), float64(r)/float64(max(o, 1)), float64(r)/float64(max(r+n, 1)))
+}
+
+// publishAlone calls l.Handle for every event of evs from workers
+// goroutines, and returns the first error.
+func publishAlone(ctx context.Context, l core.Listener, evs []core.Event, workers int) error {
+	var next atomic.Int64
+	var first atomic.Value
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(evs) || first.Load() != nil {
+					return
+				}
+				if err := l.Handle(ctx, evs[i]); err != nil {
+					first.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, ok := first.Load().(error); ok {
+		return err
+	}
 	return nil
+}
+
+// events returns n events like those of the outbox runs, for the raw loop.
+func events(n int, payload []byte) ([]core.Event, error) {
+	evs := make([]core.Event, n)
+	for i := range evs {
+		env, err := core.NewEnvelope(core.EnvelopeSpec{Type: core.EventName("OrderPlaced"),
+			AggregateType: core.AggregateName("Order"), AggregateID: fmt.Sprintf("o-%d", i%1000), JSON: payload})
+		if err != nil {
+			return nil, err
+		}
+		evs[i] = core.Event{Envelope: env}
+	}
+	return evs, nil
+}
+
+func claimsPer(claims, events int64) string {
+	return fmt.Sprintf("%d (%.0f)", claims, float64(events)/float64(max(claims, 1)))
 }
 
 func rates(r []float64) string {
@@ -179,15 +314,24 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(
 // the start until the last acknowledgement; then (with live) writes
 // flagLive events one transaction each and returns their commit-to-ack
 // latencies.
-func outboxRun(ctx context.Context, tg target, payload []byte, live, noop bool) (time.Duration, []time.Duration, error) {
+// runResult is what outboxRun measured: the drain's duration and CPU use,
+// and the commit-to-ack latencies of the live events.
+type runResult struct {
+	drain           time.Duration
+	cpu             cpuUse
+	claims, claimed int64 // claims that returned events during the drain, and their events
+	lat             []time.Duration
+}
+
+func outboxRun(ctx context.Context, tg target, meter cpuMeter, payload []byte, live, noop bool) (runResult, error) {
 	db, st, cleanup, err := openOutbox(ctx)
 	if err != nil {
-		return 0, nil, err
+		return runResult{}, err
 	}
 	defer cleanup()
 	w, err := core.NewWriter(core.WriterConfig{Store: st})
 	if err != nil {
-		return 0, nil, err
+		return runResult{}, err
 	}
 	for done := 0; done < *flagN; {
 		batch := min(1000, *flagN-done)
@@ -196,19 +340,19 @@ func outboxRun(ctx context.Context, tg target, payload []byte, live, noop bool) 
 			envs[i], err = core.NewEnvelope(core.EnvelopeSpec{Type: core.EventName("OrderPlaced"),
 				AggregateType: core.AggregateName("Order"), AggregateID: fmt.Sprintf("o-%d", (done+i)%1000), JSON: payload})
 			if err != nil {
-				return 0, nil, err
+				return runResult{}, err
 			}
 		}
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
-			return 0, nil, err
+			return runResult{}, err
 		}
 		if _, err := w.WriteAllTx(ctx, tx, envs); err != nil {
 			_ = tx.Rollback()
-			return 0, nil, err
+			return runResult{}, err
 		}
 		if err := tx.Commit(); err != nil {
-			return 0, nil, err
+			return runResult{}, err
 		}
 		done += batch
 	}
@@ -252,36 +396,48 @@ func outboxRun(ctx context.Context, tg target, payload []byte, live, noop bool) 
 	})
 	reg := core.NewRegistry()
 	if err := reg.RegisterFallback(listener); err != nil {
-		return 0, nil, err
+		return runResult{}, err
 	}
-	ob, err := outbox.New(outbox.Config{DB: db, Store: st, Registry: reg,
+	counted := &claimCounter{Store: st}
+	ob, err := outbox.New(outbox.Config{DB: db, Store: counted, Registry: reg,
 		Dispatch: dispatch.Config{Workers: *flagWorkers, ColdQueueSize: 4 * *flagBatch},
 		Poller:   poller.Config{BatchSize: *flagBatch, Interval: time.Second},
 	})
 	if err != nil {
-		return 0, nil, err
+		return runResult{}, err
 	}
-	if *flagProfile != "" && !noop {
-		f, err := os.Create(*flagProfile)
+	stopProfile := func() {}
+	if *flagProfile != "" {
+		name := *flagProfile
+		if noop {
+			name += ".noop"
+		}
+		f, err := os.Create(name)
 		if err != nil {
-			return 0, nil, err
+			return runResult{}, err
 		}
 		if err := pprof.StartCPUProfile(f); err != nil {
-			return 0, nil, err
+			_ = f.Close()
+			return runResult{}, err
 		}
-		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+		var once sync.Once
+		stopProfile = func() { once.Do(func() { pprof.StopCPUProfile(); _ = f.Close() }) }
+		defer stopProfile()
 	}
+	c0 := meter.read()
 	start := time.Now()
 	if err := ob.Start(ctx); err != nil {
-		return 0, nil, err
+		return runResult{}, err
 	}
 	defer ob.Close(context.WithoutCancel(ctx))
 	if err := waitAcked(int64(*flagN), 10*time.Minute); err != nil {
-		return 0, nil, fmt.Errorf("drain: %w", err)
+		return runResult{}, fmt.Errorf("drain: %w", err)
 	}
-	drain := time.Since(start)
+	stopProfile()
+	res := runResult{drain: time.Since(start), cpu: meter.read().sub(c0),
+		claims: counted.claims.Load(), claimed: counted.events.Load()}
 	if !live {
-		return drain, nil, nil
+		return res, nil
 	}
 
 	// Live: one transaction per event, 8 writers, through the hot path.
@@ -314,14 +470,15 @@ func outboxRun(ctx context.Context, tg target, payload []byte, live, noop bool) 
 	}
 	wg.Wait()
 	if err, ok := werr.Load().(error); ok {
-		return 0, nil, err
+		return runResult{}, err
 	}
 	if err := waitAcked(int64(*flagN+per*8), 2*time.Minute); err != nil {
-		return 0, nil, fmt.Errorf("live: %w", err)
+		return runResult{}, fmt.Errorf("live: %w", err)
 	}
 	latMu.Lock()
 	defer latMu.Unlock()
-	return drain, slices.Clone(lat), nil
+	res.lat = slices.Clone(lat)
+	return res, nil
 }
 
 func openOutbox(ctx context.Context) (*sql.DB, testdb.Store, func(), error) {

@@ -64,7 +64,11 @@ type Config struct {
 	// by then fails and the event is retried. Default 10s.
 	AckTimeout time.Duration
 	// MaxPending caps the publishes awaiting their PubAck on this
-	// publisher; a publish beyond it waits for room. Default 4096.
+	// publisher; a publish beyond it waits for room, up to AckTimeout,
+	// and then fails to be retried. nats.go counts the waiting publishes
+	// as pending too and lets them go only when fewer than MaxPending
+	// remain, so keep it above the dispatcher's Workers (and above 1).
+	// Default 4096.
 	MaxPending int
 }
 
@@ -153,7 +157,9 @@ func (p *Publisher) Handle(ctx context.Context, ev core.Event) error {
 	if m.Subject == "" {
 		return core.Permanent(errors.New("jetstream: empty subject"))
 	}
-	f, err := p.js.PublishMsgAsync(m)
+	// With MaxPending publishes awaiting their ack, wait for room for as
+	// long as for an ack (the client's default gives up after 200ms).
+	f, err := p.js.PublishMsgAsync(m, jetstream.WithStallWait(p.cfg.AckTimeout))
 	if err != nil {
 		return classify(m.Subject, err)
 	}

@@ -355,3 +355,48 @@ func Example() {
 	// outbox.New(outbox.Config{DB: db, Store: st, Registry: reg,
 	// 	Dispatch: dispatch.Config{Workers: 128}})
 }
+
+// With MaxPending publishes awaiting their ack, the next one waits for room
+// for up to AckTimeout, longer than the client's own 200ms stall wait, and
+// is then published. A plain subscriber stands in for the stream so that
+// the test decides when each ack comes: the first two after 500ms.
+func TestPublishWaitsForRoom(t *testing.T) {
+	t.Parallel()
+	nc, _ := connect(t, testbroker.NATSURL(t))
+	prefix := testbroker.UniqueName("room")
+	held := make(chan struct{})
+	seq := 0
+	sub, err := nc.Subscribe(prefix+".>", func(m *nats.Msg) {
+		seq++ // callbacks of one subscription run one at a time
+		ack := []byte(fmt.Sprintf(`{"stream":%q,"seq":%d}`, prefix, seq))
+		switch {
+		case seq <= 2:
+			// The delay under test, not a synchronisation.
+			time.AfterFunc(500*time.Millisecond, func() { _ = m.Respond(ack) })
+			if seq == 2 {
+				close(held)
+			}
+		default:
+			_ = m.Respond(ack)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	p := newPublisher(t, outboxjs.Config{Conn: nc, SubjectPrefix: prefix, MaxPending: 2, AckTimeout: 10 * time.Second})
+	errs := make(chan error, 3)
+	publish := func(key string) { errs <- p.Handle(context.Background(), newEvent(t, "OrderPlaced", key)) }
+	go publish("o-1")
+	go publish("o-2")
+	<-held
+	go publish("o-3")
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Errorf("publish: %v", err)
+		}
+	}
+}
