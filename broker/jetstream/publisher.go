@@ -134,7 +134,7 @@ func New(cfg Config) (*Publisher, error) {
 // event id.
 func (p *Publisher) Message(ev core.Event) *nats.Msg {
 	m := nats.NewMsg(p.cfg.Subject(ev))
-	m.Data = ev.Payload()
+	m.Data = ev.RawPayload() // not copied: nats.go only reads it
 	for k, v := range broker.Headers(ev) {
 		m.Header[k] = []string{v}
 	}

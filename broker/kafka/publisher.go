@@ -119,7 +119,7 @@ func (p *Publisher) Record(ev core.Event) *kgo.Record {
 	h := broker.Headers(ev)
 	r := &kgo.Record{
 		Topic:     p.cfg.Topic(ev),
-		Value:     ev.Payload(),
+		Value:     ev.RawPayload(), // not copied: franz-go only reads it
 		Timestamp: ev.OccurredAt(),
 		Headers:   make([]kgo.RecordHeader, 0, len(h)),
 	}

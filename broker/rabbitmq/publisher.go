@@ -127,7 +127,7 @@ func (p *Publisher) Message(ev core.Event) (amqp.Publishing, string) {
 		MessageId:    ev.ID(),
 		Timestamp:    ev.OccurredAt(),
 		Type:         ev.Type(),
-		Body:         ev.Payload(),
+		Body:         ev.RawPayload(), // not copied: amqp091-go only reads it
 	}, p.cfg.RoutingKey(ev)
 }
 
