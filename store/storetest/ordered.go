@@ -36,6 +36,7 @@ var orderedTests = []test{
 	{"OrderedSeqFollowsCommitNotClock", testSeqFollowsCommit},
 	{"OrderedConcurrentWritersAndFinisher", testConcurrentOrdered},
 	{"OrderedBatchAcrossKeys", testOrderedBatch},
+	{"OrderedBatchRuns", testOrderedBatchRuns},
 	{"OrderedPurgeKeys", testPurgeKeys},
 }
 
@@ -441,6 +442,37 @@ func testOrderedBatch(t *testing.T, tg Target) {
 	if err != nil || n != 0 || len(promoted) != 0 {
 		t.Fatalf("mark done again: n=%d promoted=%v err=%v", n, ids(promoted), err)
 	}
+}
+
+// testOrderedBatchRuns: a DONE batch holding several events of one key
+// (leased together only after a redelivery or a manual fix, but possible)
+// moves the key through the run of them that follows its done_seq without
+// a gap, and no further.
+func testOrderedBatchRuns(t *testing.T, tg Target) {
+	st := orderedStore(t, tg)
+	var envs []core.Envelope
+	for _, id := range []string{"A-1", "A-2", "A-3", "A-4", "A-5"} {
+		envs = append(envs, env(t, id, base, keyed("Order", "A")))
+	}
+	envs = append(envs, env(t, "B-1", base, keyed("Order", "B")), env(t, "B-2", base, keyed("Order", "B")))
+	writeOrdered(t, tg, st, owner, envs...)
+	// leased as if delivered beside their predecessors.
+	if _, err := tg.DB.ExecContext(ctx(t), "UPDATE "+tg.Table+" SET status = 0, locked_by = '"+owner+
+		"', locked_at = created_at WHERE event_id IN ('A-2', 'A-4')"); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	n, promoted, err := st.MarkDoneOrdered(ctx(t), tg.DB, owner, []string{"A-4", "B-1", "A-2", "A-1"}, now)
+	if err != nil || n != 4 {
+		t.Fatalf("mark done: n=%d err=%v", n, err)
+	}
+	got := ids(promoted)
+	slices.Sort(got)
+	if want := []string{"A-3", "B-2"}; !slices.Equal(got, want) {
+		t.Fatalf("promoted %v, want %v", got, want)
+	}
+	wantState(t, tg, "A-3", core.StatusNew, 3, owner)
+	wantState(t, tg, "A-5", core.StatusWaiting, 5, "")
 }
 
 // testPurgeKeys: the key rows deleted are those of keys with every event

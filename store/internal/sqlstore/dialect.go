@@ -72,6 +72,11 @@ type Dialect struct {
 	// (PostgreSQL), so that the statements of one ordered write need no
 	// savepoint to stay all-or-nothing.
 	ErrorAbortsTx bool
+	// WritableCTE: a WITH clause may hold INSERT ... RETURNING
+	// (PostgreSQL), so that an ordered write takes its keys' sequence
+	// numbers and inserts its events in one statement (see
+	// insertOrderedCTE).
+	WritableCTE bool
 	// Quote quotes one identifier. Required.
 	Quote func(ident string) string
 	// Pending is the condition that selects rows waiting for delivery, written

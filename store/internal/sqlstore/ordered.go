@@ -177,6 +177,9 @@ func (s *Store) orderedStmts() {
 	}
 	s.keyAdvance = s.d.rebind("UPDATE " + kt + " SET done_seq = ?, updated_at = ? " +
 		"WHERE aggregate_type = ? AND aggregate_id = ? AND done_seq = ?")
+	if s.d.WritableCTE {
+		s.doneAdvance = s.doneAdvanceStmt()
+	}
 }
 
 func lockingRead(d Dialect) string {
@@ -210,6 +213,10 @@ func (s *Store) MarkDoneOrdered(ctx context.Context, db core.DBTX, owner string,
 		err := s.retry(ctx, db, func() error {
 			return inTx(ctx, db, func(tx core.DBTX) error {
 				var err error
+				if s.doneAdvance != "" {
+					n, p, err = s.finishDoneCTE(ctx, tx, owner, chunk, now)
+					return err
+				}
 				n, p, err = s.finish(ctx, tx, owner, chunk, now,
 					"status = 1, done_at = ?, locked_by = NULL, locked_at = NULL", []any{s.ts(now)},
 					func(string) bool { return true })
@@ -638,4 +645,173 @@ func (s *Store) purgeKeys(before time.Time, limit int) (string, []any) {
 	// the DELETE waited for its lock; the subquery's is not.
 	return "DELETE FROM " + kt + " WHERE done_seq = last_seq AND updated_at < ? AND (aggregate_type, aggregate_id) IN " +
 		"(SELECT k.aggregate_type, k.aggregate_id FROM " + kt + " k WHERE " + idle("k.") + " LIMIT ?)", []any{s.ts(before), s.ts(before), limit}
+}
+
+// insertOrderedCTE is InsertOrdered in one statement, for dialects with
+// WritableCTE and a write that fits in one statement: a data-modifying CTE
+// upserts the rows of keys (sorted) in one multi-row INSERT ... ON CONFLICT,
+// which locks them in that order until the transaction ends, as takeSeqs
+// does one at a time; the INSERT of the events then computes each one's seq
+// and status from the key rows it returns. Being one statement, it is
+// all-or-nothing without a transaction or savepoint of its own.
+//
+// A row of the events' VALUES carries, beside its columns, n, the number of
+// events of its key in the write (0 for an unordered event), and pos, its
+// position among them: its seq is last_seq - n + 1 + pos, and it is its
+// key's head, inserted NEW and leased like an unordered event, when pos is
+// 0 and done_seq was last_seq before the write.
+func (s *Store) insertOrderedCTE(ctx context.Context, db core.DBTX, envs []core.Envelope, keys []keyCount, opts core.InsertOptions) (core.InsertResult, error) {
+	kt := s.table.KeyTable().Quoted(s.d.Quote)
+	now := s.ts(time.Now())
+	var sb strings.Builder
+	args := make([]any, 0, 4*len(keys)+11*len(envs)+2)
+	sb.WriteString("WITH k AS (INSERT INTO " + kt + " AS k (aggregate_type, aggregate_id, last_seq, done_seq, updated_at) VALUES ")
+	count := make(map[orderKey]int, len(keys))
+	for i, k := range keys {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString("(?, ?, ?, 0, ?)")
+		args = append(args, k.key.aggType, k.key.aggID, k.n, now)
+		count[k.key] = k.n
+	}
+	sb.WriteString(" ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_seq = k.last_seq + excluded.last_seq, " +
+		"updated_at = excluded.updated_at RETURNING aggregate_type, aggregate_id, last_seq, done_seq), " +
+		"v (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, available_at, created_at, n, pos) AS (VALUES ")
+	pos := make(map[orderKey]int, len(keys))
+	for i, env := range envs {
+		headers, err := encodeHeaders(env.RawHeaders())
+		if err != nil {
+			return core.InsertResult{}, err
+		}
+		payload := env.RawPayload()
+		if payload == nil {
+			payload = []byte{}
+		}
+		if i == 0 {
+			// The first row's casts type the columns of the VALUES list.
+			sb.WriteString("(?::text, ?::text, ?::text, ?::text, ?::text, ?::bytea, ?::text, ?::timestamptz, ?::timestamptz, ?::bigint, ?::bigint)")
+		} else {
+			sb.WriteString(", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		}
+		k := orderKey{env.AggregateType(), env.AggregateID()}
+		n, p := count[k], pos[k]
+		if n > 0 {
+			pos[k] = p + 1
+		}
+		args = append(args, env.ID(), env.Type(), env.AggregateType(), nullIfEmpty(env.AggregateID()),
+			nullIfEmpty(env.TenantID()), payload, headers, s.ts(env.AvailableAt()), s.ts(env.OccurredAt()), n, p)
+	}
+	var lockedBy, lockedAt any
+	if opts.LeaseOwner != "" {
+		lockedBy, lockedAt = opts.LeaseOwner, s.ts(opts.LeaseAt)
+	}
+	const head = "(k.last_seq IS NULL OR (v.pos = 0 AND k.done_seq = k.last_seq - v.n))"
+	sb.WriteString("), e AS (" + s.insertPrefix[:strings.Index(s.insertPrefix, " VALUES ")] +
+		" SELECT v.event_id, v.event_type, v.aggregate_type, v.aggregate_id, v.tenant_id, v.payload, v.headers, " +
+		"CASE WHEN " + head + " THEN 0 ELSE 4 END, 0, v.available_at, v.created_at, " +
+		"CASE WHEN " + head + " THEN ?::text END, CASE WHEN " + head + " THEN ?::timestamptz END, k.last_seq - v.n + 1 + v.pos " +
+		"FROM v LEFT JOIN k ON k.aggregate_type = v.aggregate_type AND k.aggregate_id = v.aggregate_id " +
+		"RETURNING event_id, status, seq) SELECT event_id, status, seq FROM e WHERE seq IS NOT NULL")
+	args = append(args, lockedBy, lockedAt)
+
+	rows, err := db.QueryContext(ctx, s.d.rebind(sb.String()), args...)
+	if err != nil {
+		return core.InsertResult{}, s.wrap("insert events", err)
+	}
+	defer rows.Close()
+	type got struct {
+		status core.Status
+		seq    int64
+	}
+	byID := make(map[string]got, len(envs))
+	for rows.Next() {
+		var id string
+		var g got
+		if err := rows.Scan(&id, &g.status, &g.seq); err != nil {
+			return core.InsertResult{}, s.wrap("insert events", err)
+		}
+		byID[id] = g
+	}
+	if err := rows.Err(); err != nil {
+		return core.InsertResult{}, s.wrap("insert events", err)
+	}
+	res := core.InsertResult{Seqs: make([]int64, len(envs))}
+	for i, env := range envs {
+		g, ok := byID[env.ID()]
+		if !ok {
+			continue
+		}
+		res.Seqs[i] = g.seq
+		if g.status == core.StatusWaiting {
+			res.Waiting = append(res.Waiting, env.ID())
+		}
+	}
+	return res, nil
+}
+
+// finishDoneCTE is finish for DONE outcomes, then advance, for dialects with
+// WritableCTE: two statements instead of five. The first marks the rows of
+// ids owner still leases DONE and, in data-modifying CTEs fed by the rows it
+// marked, locks their keys' rows in key order and moves each key from
+// done_seq through the run of finished seqs that follows it without a gap
+// (runs found as gaps-and-islands: seq minus its rank within the key is
+// constant along a run); it returns how many rows it marked and the keys it
+// moved. The second, a later statement whose snapshot sees the WAITING rows
+// of writers that held a key's lock until they committed, promotes the
+// moved keys' next events.
+func (s *Store) finishDoneCTE(ctx context.Context, tx core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
+	rows, err := tx.QueryContext(ctx, s.doneAdvance, s.ts(now), owner, ids, s.ts(now))
+	if err != nil {
+		return 0, nil, err
+	}
+	var n int64
+	var moved []orderKey
+	var to []int64
+	for rows.Next() {
+		var aggType, aggID sql.NullString
+		var done sql.NullInt64
+		if err := rows.Scan(&n, &aggType, &aggID, &done); err != nil {
+			rows.Close()
+			return 0, nil, err
+		}
+		if done.Valid {
+			moved = append(moved, orderKey{aggType.String, aggID.String})
+			to = append(to, done.Int64)
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return 0, nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return 0, nil, err
+	}
+	if len(moved) == 0 {
+		return n, nil, nil
+	}
+	nargs := []any{owner, s.ts(now)}
+	for _, j := range s.padMoves(len(moved)) {
+		nargs = append(nargs, moved[j].aggType, moved[j].aggID, to[j]+1)
+	}
+	promote, _ := s.promoteStmts((len(nargs) - 2) / 3)
+	promoted, err := s.scanAll(tx.QueryContext(ctx, promote, nargs...))
+	return n, promoted, err
+}
+
+// doneAdvanceStmt returns the first statement of finishDoneCTE; arguments:
+// the DONE time, the lease owner, the ids as an array, and the time again
+// for the key rows.
+func (s *Store) doneAdvanceStmt() string {
+	kt := s.table.KeyTable().Quoted(s.d.Quote)
+	return s.d.rebind("WITH d AS (UPDATE " + s.qt + " SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL " +
+		"WHERE locked_by = ? AND " + notTerminal + " AND event_id = ANY (?::text[]) RETURNING aggregate_type, aggregate_id, seq), " +
+		"f AS (SELECT aggregate_type, aggregate_id, seq, seq - row_number() OVER (PARTITION BY aggregate_type, aggregate_id ORDER BY seq) AS run " +
+		"FROM d WHERE seq IS NOT NULL AND aggregate_id IS NOT NULL), " +
+		"r AS (SELECT aggregate_type, aggregate_id, min(seq) - 1 AS from_seq, max(seq) AS to_seq FROM f GROUP BY aggregate_type, aggregate_id, run), " +
+		"l AS (SELECT k.aggregate_type, k.aggregate_id, r.from_seq, r.to_seq FROM " + kt + " k JOIN r ON k.aggregate_type = r.aggregate_type AND k.aggregate_id = r.aggregate_id " +
+		"ORDER BY k.aggregate_type, k.aggregate_id FOR UPDATE OF k), " +
+		"u AS (UPDATE " + kt + " k SET done_seq = l.to_seq, updated_at = ? FROM l " +
+		"WHERE k.aggregate_type = l.aggregate_type AND k.aggregate_id = l.aggregate_id AND k.done_seq = l.from_seq " +
+		"RETURNING k.aggregate_type, k.aggregate_id, k.done_seq) " +
+		"SELECT (SELECT count(*) FROM d), u.aggregate_type, u.aggregate_id, u.done_seq FROM (VALUES (1)) AS one LEFT JOIN u ON true")
 }

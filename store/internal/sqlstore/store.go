@@ -35,6 +35,7 @@ type Store struct {
 	ordering           core.Ordering // nil: nothing ordered
 	keyUpsert, keyRead string        // keyRead: NoReturning only
 	keyAdvance         string
+	doneAdvance        string // WritableCTE: see finishDoneCTE
 	promoteFree        string
 
 	locks *namedLockStmts // nil without NamedLock
@@ -171,9 +172,11 @@ func (s *Store) Insert(ctx context.Context, db core.DBTX, envs []core.Envelope, 
 // Every envelope is validated before anything is written. Ordered envelopes
 // (see core.Ordering) first take their sequence numbers from their keys'
 // counter rows, one upsert per key in key order, which locks each key's row
-// until the transaction ends (see ordered.go). A batch too large for one
-// statement, or an ordered write where a failed statement leaves the
-// transaction usable, is written atomically: in a transaction of its own
+// until the transaction ends (see ordered.go); under WritableCTE, a write
+// that fits in one statement does both in that one (insertOrderedCTE). A
+// batch too large for one statement, or an ordered write where a failed
+// statement leaves the transaction usable, is written atomically: in a
+// transaction of its own
 // when db is a pool, or under a savepoint when db is the caller's
 // transaction, so that a failure in a later statement (a duplicate id, say)
 // leaves none of the batch behind, no sequence number taken without its
@@ -191,6 +194,9 @@ func (s *Store) InsertOrdered(ctx context.Context, db core.DBTX, envs []core.Env
 		return core.InsertResult{}, err
 	}
 	fits := len(envs) <= s.maxInsertRows() && bytes <= maxInsertBytes
+	if fits && len(keys) > 0 && s.d.WritableCTE && 4*len(keys)+11*len(envs)+2 <= s.d.MaxParams {
+		return s.insertOrderedCTE(ctx, db, envs, keys, opts)
+	}
 	var res core.InsertResult
 	write := func(tx core.DBTX) error {
 		plan, w, err := s.allocate(ctx, tx, envs, keys)
