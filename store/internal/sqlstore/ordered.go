@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -108,24 +109,26 @@ type keyCount struct {
 
 // allocate takes the sequence numbers of the ordered envelopes of envs (keys
 // are their keys, sorted) and returns each envelope's plan and the ids of
-// those to insert WAITING. It returns nil, nil when nothing is ordered.
-func (s *Store) allocate(ctx context.Context, db core.DBTX, envs []core.Envelope, keys []keyCount) ([]rowPlan, []string, error) {
+// those to insert WAITING, and, even when it fails, the ranges it took. It
+// returns nil plan and ids when nothing is ordered.
+func (s *Store) allocate(ctx context.Context, db core.DBTX, envs []core.Envelope, keys []keyCount) ([]rowPlan, []string, []seqRange, error) {
 	if len(keys) == 0 {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	type alloc struct {
 		next int64 // the next seq to hand out
 		head bool  // the next one handed out is the key's head
 	}
 	allocs := make(map[orderKey]*alloc, len(keys))
+	taken := make([]seqRange, 0, len(keys))
 	now := s.ts(time.Now())
 	for _, k := range keys {
-		last, done, err := s.takeSeqs(ctx, db, k.key, k.n, now)
+		last, head, err := s.takeSeqs(ctx, db, k.key, k.n, now)
 		if err != nil {
-			return nil, nil, s.wrap("take sequence numbers", err)
+			return nil, nil, taken, s.wrap("take sequence numbers", err)
 		}
-		first := last - int64(k.n) + 1
-		allocs[k.key] = &alloc{next: first, head: done == first-1}
+		taken = append(taken, seqRange{k, last})
+		allocs[k.key] = &alloc{next: last - int64(k.n) + 1, head: head}
 	}
 	plan := make([]rowPlan, len(envs))
 	var waiting []string
@@ -143,22 +146,78 @@ func (s *Store) allocate(ctx context.Context, db core.DBTX, envs []core.Envelope
 		}
 		a.next++
 	}
-	return plan, waiting, nil
+	return plan, waiting, taken, nil
+}
+
+// seqRange is what a write took from a key: its n sequence numbers up to
+// last.
+type seqRange struct {
+	keyCount
+	last int64
 }
 
 // takeSeqs adds n to key's last_seq (creating its row) and returns last_seq
-// and done_seq after the change. It locks the key's row until db's
-// transaction ends.
-func (s *Store) takeSeqs(ctx context.Context, db core.DBTX, k orderKey, n int, now any) (last, done int64, err error) {
+// after the change, and whether the first of the n is the key's head (every
+// earlier event finished: done_seq was last_seq before the change). It locks
+// the key's row until db's transaction ends.
+//
+// Without RETURNING (MySQL) it is still one statement: the upsert passes
+// 2*last_seq, plus 1 for a head, through LAST_INSERT_ID(expr), which the
+// server reports to the client as the statement's insert id, and stores
+// that halved. A row it created (one affected row instead of two) is a
+// fresh key: last_seq n, a head.
+func (s *Store) takeSeqs(ctx context.Context, db core.DBTX, k orderKey, n int, now any) (last int64, head bool, err error) {
 	if s.d.NoReturning {
-		if _, err := db.ExecContext(ctx, s.keyUpsert, k.aggType, k.aggID, n, now, n, now); err != nil {
-			return 0, 0, err
+		res, err := db.ExecContext(ctx, s.keyUpsert, k.aggType, k.aggID, n, now, n, now)
+		if err != nil {
+			return 0, false, err
 		}
-		err = db.QueryRowContext(ctx, s.keyRead, k.aggType, k.aggID).Scan(&last, &done)
-		return last, done, err
+		affected, err := res.RowsAffected()
+		if err != nil {
+			return 0, false, err
+		}
+		if affected == 1 {
+			return int64(n), true, nil
+		}
+		id, err := res.LastInsertId()
+		if err != nil {
+			return 0, false, err
+		}
+		if last = id / 2; last < int64(n) {
+			return 0, false, fmt.Errorf("key (%s, %s): the upsert reported last_seq %d for %d events", k.aggType, k.aggID, last, n)
+		}
+		return last, id%2 == 1, nil
 	}
+	var done int64
 	err = db.QueryRowContext(ctx, s.keyUpsert, k.aggType, k.aggID, n, now).Scan(&last, &done)
-	return last, done, err
+	return last, done == last-int64(n), err
+}
+
+// giveBack returns cause, after giving back the sequence numbers of taken
+// when cause left the transaction open (Dialect.KeepsTx): each key's
+// last_seq goes back to what it was, under the row lock the transaction
+// still holds, so that the key waits for no event that will never exist. An
+// undo that fails is joined to cause: the caller must then roll back.
+func (s *Store) giveBack(ctx context.Context, db core.DBTX, taken []seqRange, cause error) error {
+	if len(taken) == 0 || s.d.KeepsTx == nil || !s.d.KeepsTx(cause) {
+		return cause
+	}
+	ctx = context.WithoutCancel(ctx)
+	for _, t := range taken {
+		res, err := db.ExecContext(ctx, s.keyGiveBack, t.n, t.key.aggType, t.key.aggID, t.last)
+		var n int64
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		if err == nil && n != 1 {
+			err = errors.New("its row moved on")
+		}
+		if err != nil {
+			return errors.Join(cause, fmt.Errorf("give back the sequence numbers of key (%s, %s), which will wait for them "+
+				"until this transaction is rolled back: %w", t.key.aggType, t.key.aggID, err))
+		}
+	}
+	return cause
 }
 
 // orderedStmts prepares the texts of the ordered statements.
@@ -167,14 +226,14 @@ func (s *Store) orderedStmts() {
 	cols := "(aggregate_type, aggregate_id, last_seq, done_seq, updated_at) VALUES (?, ?, ?, 0, ?)"
 	if s.d.NoReturning {
 		s.keyUpsert = s.d.rebind("INSERT INTO " + kt + " " + cols +
-			" ON DUPLICATE KEY UPDATE last_seq = last_seq + ?, updated_at = ?")
-		s.keyRead = s.d.rebind("SELECT last_seq, done_seq FROM " + kt +
-			" WHERE aggregate_type = ? AND aggregate_id = ?" + lockingRead(s.d))
+			" ON DUPLICATE KEY UPDATE last_seq = LAST_INSERT_ID(2 * (last_seq + ?) + (done_seq = last_seq)) DIV 2, updated_at = ?")
 	} else {
 		s.keyUpsert = s.d.rebind("INSERT INTO " + kt + " AS k " + cols +
 			" ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_seq = k.last_seq + excluded.last_seq, " +
 			"updated_at = excluded.updated_at RETURNING last_seq, done_seq")
 	}
+	s.keyGiveBack = s.d.rebind("UPDATE " + kt + " SET last_seq = last_seq - ? " +
+		"WHERE aggregate_type = ? AND aggregate_id = ? AND last_seq = ?")
 	s.keyAdvance = s.d.rebind("UPDATE " + kt + " SET done_seq = ?, updated_at = ? " +
 		"WHERE aggregate_type = ? AND aggregate_id = ? AND done_seq = ?")
 	if s.d.WritableCTE {

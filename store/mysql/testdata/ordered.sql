@@ -1,10 +1,7 @@
 -- InsertOrdered of two events of one key and one unordered event, in the caller's transaction
 BEGIN;
-SAVEPOINT outbox_insert;
-INSERT INTO `outbox_event_key` (aggregate_type, aggregate_id, last_seq, done_seq, updated_at) VALUES (?, ?, ?, 0, ?) ON DUPLICATE KEY UPDATE last_seq = last_seq + ?, updated_at = ?;
-SELECT last_seq, done_seq FROM `outbox_event_key` WHERE aggregate_type = ? AND aggregate_id = ? FOR UPDATE;
+INSERT INTO `outbox_event_key` (aggregate_type, aggregate_id, last_seq, done_seq, updated_at) VALUES (?, ?, ?, 0, ?) ON DUPLICATE KEY UPDATE last_seq = LAST_INSERT_ID(2 * (last_seq + ?) + (done_seq = last_seq)) DIV 2, updated_at = ?;
 INSERT INTO `outbox_event` (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, status, attempts, available_at, created_at, locked_by, locked_at, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?), (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?);
-RELEASE SAVEPOINT outbox_insert;
 ROLLBACK;
 
 -- MarkDoneOrdered of three events (one of them ordered)
