@@ -72,7 +72,9 @@ type timedStore struct {
 // (core.OrderedStore, core.LeaseRenewer).
 func (s *timedStore) Unwrap() core.Store { return s.SchemaManager }
 
-func newTimedStore(st store.SchemaManager, cs *callStats) store.SchemaManager {
+// waiting, when not nil, is told the ids of the events each ordered write
+// stored WAITING.
+func newTimedStore(st store.SchemaManager, cs *callStats, waiting func(ids []string)) store.SchemaManager {
 	ts := &timedStore{SchemaManager: st, inserts: &cs.inserts, claims: &cs.claims, done: &cs.done, marks: &cs.marks}
 	bm, ok := core.StoreAs[core.BatchMarker](st)
 	if !ok {
@@ -80,7 +82,7 @@ func newTimedStore(st store.SchemaManager, cs *callStats) store.SchemaManager {
 	}
 	ts.bm = bm
 	if os, ok := core.StoreAs[core.OrderedStore](st); ok && len(os.Ordering()) > 0 {
-		return &timedOrderedStore{timedBatchStore{ts}, os}
+		return &timedOrderedStore{timedBatchStore{ts}, os, waiting}
 	}
 	return &timedBatchStore{ts}
 }
@@ -131,7 +133,8 @@ func (s *timedBatchStore) DeleteDoneBatch(ctx context.Context, db core.DBTX, own
 // unordered ones are.
 type timedOrderedStore struct {
 	timedBatchStore
-	os core.OrderedStore
+	os      core.OrderedStore
+	waiting func(ids []string) // nil: not told
 }
 
 func (s *timedOrderedStore) Ordering() core.Ordering { return s.os.Ordering() }
@@ -140,6 +143,9 @@ func (s *timedOrderedStore) InsertOrdered(ctx context.Context, db core.DBTX, env
 	t := time.Now()
 	res, err := s.os.InsertOrdered(ctx, db, envs, opts)
 	s.inserts.add(time.Since(t), len(envs), err)
+	if err == nil && s.waiting != nil && len(res.Waiting) > 0 {
+		s.waiting(res.Waiting)
+	}
 	return res, err
 }
 

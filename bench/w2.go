@@ -151,7 +151,7 @@ func w2Outbox(ctx context.Context, c *config, tmpl *table, rec *recorder, instan
 		}
 	}()
 	label := fmt.Sprintf("%s outbox x%d", t.tg.name, instances)
-	st := newTimedStore(t.st, cs)
+	st := newTimedStore(t.st, cs, nil)
 	start, cpu0 := time.Now(), cpuTime()
 	for range instances {
 		db, err := t.tg.open(c.poolSize(instances))
