@@ -238,6 +238,7 @@ func (s *Store) orderedStmts() {
 		"WHERE aggregate_type = ? AND aggregate_id = ? AND done_seq = ?")
 	if s.d.WritableCTE {
 		s.doneAdvance = s.doneAdvanceStmt()
+		s.readByIDs = s.d.rebind("SELECT " + columns + " FROM " + s.qt + " WHERE event_id = ANY (?::text[])")
 	}
 }
 
@@ -810,33 +811,50 @@ func (s *Store) insertOrderedCTE(ctx context.Context, db core.DBTX, envs []core.
 }
 
 // finishDoneCTE is finish for DONE outcomes, then advance, for dialects with
-// WritableCTE: two statements instead of five. The first marks the rows of
+// WritableCTE: mostly one statement instead of five. It marks the rows of
 // ids owner still leases DONE and, in data-modifying CTEs fed by the rows it
-// marked, locks their keys' rows in key order and moves each key from
-// done_seq through the run of finished seqs that follows it without a gap
-// (runs found as gaps-and-islands: seq minus its rank within the key is
-// constant along a run); it returns how many rows it marked and the keys it
-// moved. The second, a later statement whose snapshot sees the WAITING rows
-// of writers that held a key's lock until they committed, promotes the
-// moved keys' next events.
+// marked, locks their keys' rows in key order, moves each key from done_seq
+// through the run of finished seqs that follows it without a gap (runs found
+// as gaps-and-islands: seq minus its rank within the key is constant along a
+// run), and promotes each moved key's next event if the statement's
+// snapshot sees it WAITING. It returns how many rows it marked, and per
+// moved key its new done_seq, its last_seq and the id of the event it
+// promoted, if any.
+//
+// A key whose lock it waited for, held by a writer that then committed the
+// key's next event, shows that event in last_seq (the row's latest
+// version, which the lock returns) but not in the statement's snapshot: the
+// promotion of those keys' next events is a second statement, whose
+// snapshot sees it. The promoted events are read back (a third statement,
+// only when the first promoted some), to be delivered.
 func (s *Store) finishDoneCTE(ctx context.Context, tx core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
-	rows, err := tx.QueryContext(ctx, s.doneAdvance, s.ts(now), owner, ids, s.ts(now))
+	at := s.ts(now)
+	rows, err := tx.QueryContext(ctx, s.doneAdvance, at, owner, ids, at, owner, at)
 	if err != nil {
 		return 0, nil, err
 	}
 	var n int64
-	var moved []orderKey
-	var to []int64
+	var promotedIDs []string
+	promotedKeys := map[orderKey]bool{}
+	var next []finished // keys moved with events after done_seq: (key, done_seq+1)
 	for rows.Next() {
-		var aggType, aggID sql.NullString
-		var done sql.NullInt64
-		if err := rows.Scan(&n, &aggType, &aggID, &done); err != nil {
+		var aggType, aggID, promoted sql.NullString
+		var count, done, last sql.NullInt64
+		if err := rows.Scan(&count, &aggType, &aggID, &done, &last, &promoted); err != nil {
 			rows.Close()
 			return 0, nil, err
 		}
-		if done.Valid {
-			moved = append(moved, orderKey{aggType.String, aggID.String})
-			to = append(to, done.Int64)
+		k := orderKey{aggType.String, aggID.String}
+		switch {
+		case promoted.Valid: // a row of p
+			promotedIDs = append(promotedIDs, promoted.String)
+			promotedKeys[k] = true
+			continue
+		case count.Valid:
+			n = count.Int64
+		}
+		if done.Valid && last.Int64 > done.Int64 {
+			next = append(next, finished{k, done.Int64 + 1})
 		}
 	}
 	if err := rows.Close(); err != nil {
@@ -845,21 +863,38 @@ func (s *Store) finishDoneCTE(ctx context.Context, tx core.DBTX, owner string, i
 	if err := rows.Err(); err != nil {
 		return 0, nil, err
 	}
-	if len(moved) == 0 {
-		return n, nil, nil
+	var behind []finished // keys whose next event the snapshot did not see
+	for _, f := range next {
+		if !promotedKeys[f.key] {
+			behind = append(behind, f)
+		}
 	}
-	nargs := []any{owner, s.ts(now)}
-	for _, j := range s.padMoves(len(moved)) {
-		nargs = append(nargs, moved[j].aggType, moved[j].aggID, to[j]+1)
+	var out []core.Event
+	if len(promotedIDs) > 0 {
+		evs, err := s.scanAll(tx.QueryContext(ctx, s.readByIDs, promotedIDs))
+		if err != nil {
+			return 0, nil, err
+		}
+		out = evs
 	}
-	promote, _ := s.promoteStmts((len(nargs) - 2) / 3)
-	promoted, err := s.scanAll(tx.QueryContext(ctx, promote, nargs...))
-	return n, promoted, err
+	if len(behind) > 0 {
+		nargs := []any{owner, at}
+		for _, j := range s.padMoves(len(behind)) {
+			nargs = append(nargs, behind[j].key.aggType, behind[j].key.aggID, behind[j].seq)
+		}
+		promote, _ := s.promoteStmts((len(nargs) - 2) / 3)
+		evs, err := s.scanAll(tx.QueryContext(ctx, promote, nargs...))
+		if err != nil {
+			return 0, nil, err
+		}
+		out = append(out, evs...)
+	}
+	return n, out, nil
 }
 
-// doneAdvanceStmt returns the first statement of finishDoneCTE; arguments:
-// the DONE time, the lease owner, the ids as an array, and the time again
-// for the key rows.
+// doneAdvanceStmt returns the statement of finishDoneCTE; arguments: the DONE
+// time, the lease owner, the ids as an array, the time again for the key
+// rows, then the owner and time of the promoted events' lease.
 func (s *Store) doneAdvanceStmt() string {
 	kt := s.table.KeyTable().Quoted(s.d.Quote)
 	return s.d.rebind("WITH d AS (UPDATE " + s.qt + " SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL " +
@@ -871,6 +906,11 @@ func (s *Store) doneAdvanceStmt() string {
 		"ORDER BY k.aggregate_type, k.aggregate_id FOR UPDATE OF k), " +
 		"u AS (UPDATE " + kt + " k SET done_seq = l.to_seq, updated_at = ? FROM l " +
 		"WHERE k.aggregate_type = l.aggregate_type AND k.aggregate_id = l.aggregate_id AND k.done_seq = l.from_seq " +
-		"RETURNING k.aggregate_type, k.aggregate_id, k.done_seq) " +
-		"SELECT (SELECT count(*) FROM d), u.aggregate_type, u.aggregate_id, u.done_seq FROM (VALUES (1)) AS one LEFT JOIN u ON true")
+		"RETURNING k.aggregate_type, k.aggregate_id, k.done_seq, k.last_seq), " +
+		"p AS (UPDATE " + s.qt + " e SET status = 0, locked_by = ?, locked_at = ? FROM u " +
+		"WHERE e.aggregate_type = u.aggregate_type AND e.aggregate_id = u.aggregate_id AND e.seq = u.done_seq + 1 AND e.status = 4 " +
+		"RETURNING e.event_id, e.aggregate_type, e.aggregate_id) " +
+		"SELECT (SELECT count(*) FROM d), u.aggregate_type, u.aggregate_id, u.done_seq, u.last_seq, NULL " +
+		"FROM (VALUES (1)) AS one LEFT JOIN u ON true " +
+		"UNION ALL SELECT NULL, aggregate_type, aggregate_id, NULL, NULL, event_id FROM p")
 }

@@ -37,6 +37,7 @@ type Store struct {
 	keyGiveBack string // KeepsTx: see giveBack
 	keyAdvance  string
 	doneAdvance string // WritableCTE: see finishDoneCTE
+	readByIDs   string // WritableCTE: the rows of an array of ids
 	promoteFree string
 
 	locks *namedLockStmts // nil without NamedLock
