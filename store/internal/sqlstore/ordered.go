@@ -238,6 +238,7 @@ func (s *Store) orderedStmts() {
 		"WHERE aggregate_type = ? AND aggregate_id = ? AND done_seq = ?")
 	if s.d.WritableCTE {
 		s.doneAdvance = s.doneAdvanceStmt()
+		s.insertCTE1 = s.insertCTEText(1, 1)
 		s.readByIDs = s.d.rebind("SELECT " + columns + " FROM " + s.qt + " WHERE event_id = ANY (?::text[])")
 	}
 }
@@ -721,25 +722,15 @@ func (s *Store) purgeKeys(before time.Time, limit int) (string, []any) {
 // key's head, inserted NEW and leased like an unordered event, when pos is
 // 0 and done_seq was last_seq before the write.
 func (s *Store) insertOrderedCTE(ctx context.Context, db core.DBTX, envs []core.Envelope, keys []keyCount, opts core.InsertOptions) (core.InsertResult, error) {
-	kt := s.table.KeyTable().Quoted(s.d.Quote)
 	now := s.ts(time.Now())
-	var sb strings.Builder
 	args := make([]any, 0, 4*len(keys)+11*len(envs)+2)
-	sb.WriteString("WITH k AS (INSERT INTO " + kt + " AS k (aggregate_type, aggregate_id, last_seq, done_seq, updated_at) VALUES ")
 	count := make(map[orderKey]int, len(keys))
-	for i, k := range keys {
-		if i > 0 {
-			sb.WriteString(", ")
-		}
-		sb.WriteString("(?, ?, ?, 0, ?)")
+	for _, k := range keys {
 		args = append(args, k.key.aggType, k.key.aggID, k.n, now)
 		count[k.key] = k.n
 	}
-	sb.WriteString(" ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_seq = k.last_seq + excluded.last_seq, " +
-		"updated_at = excluded.updated_at RETURNING aggregate_type, aggregate_id, last_seq, done_seq), " +
-		"v (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, available_at, created_at, n, pos) AS (VALUES ")
 	pos := make(map[orderKey]int, len(keys))
-	for i, env := range envs {
+	for _, env := range envs {
 		headers, err := encodeHeaders(env.RawHeaders())
 		if err != nil {
 			return core.InsertResult{}, err
@@ -747,12 +738,6 @@ func (s *Store) insertOrderedCTE(ctx context.Context, db core.DBTX, envs []core.
 		payload := env.RawPayload()
 		if payload == nil {
 			payload = []byte{}
-		}
-		if i == 0 {
-			// The first row's casts type the columns of the VALUES list.
-			sb.WriteString("(?::text, ?::text, ?::text, ?::text, ?::text, ?::bytea, ?::text, ?::timestamptz, ?::timestamptz, ?::bigint, ?::bigint)")
-		} else {
-			sb.WriteString(", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 		}
 		k := orderKey{env.AggregateType(), env.AggregateID()}
 		n, p := count[k], pos[k]
@@ -766,16 +751,13 @@ func (s *Store) insertOrderedCTE(ctx context.Context, db core.DBTX, envs []core.
 	if opts.LeaseOwner != "" {
 		lockedBy, lockedAt = opts.LeaseOwner, s.ts(opts.LeaseAt)
 	}
-	const head = "(k.last_seq IS NULL OR (v.pos = 0 AND k.done_seq = k.last_seq - v.n))"
-	sb.WriteString("), e AS (" + s.insertPrefix[:strings.Index(s.insertPrefix, " VALUES ")] +
-		" SELECT v.event_id, v.event_type, v.aggregate_type, v.aggregate_id, v.tenant_id, v.payload, v.headers, " +
-		"CASE WHEN " + head + " THEN 0 ELSE 4 END, 0, v.available_at, v.created_at, " +
-		"CASE WHEN " + head + " THEN ?::text END, CASE WHEN " + head + " THEN ?::timestamptz END, k.last_seq - v.n + 1 + v.pos " +
-		"FROM v LEFT JOIN k ON k.aggregate_type = v.aggregate_type AND k.aggregate_id = v.aggregate_id " +
-		"RETURNING event_id, status, seq) SELECT event_id, status, seq FROM e WHERE seq IS NOT NULL")
 	args = append(args, lockedBy, lockedAt)
+	q := s.insertCTE1
+	if len(keys) != 1 || len(envs) != 1 {
+		q = s.insertCTEText(len(keys), len(envs))
+	}
 
-	rows, err := db.QueryContext(ctx, s.d.rebind(sb.String()), args...)
+	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return core.InsertResult{}, s.wrap("insert events", err)
 	}
@@ -808,6 +790,38 @@ func (s *Store) insertOrderedCTE(ctx context.Context, db core.DBTX, envs []core.
 		}
 	}
 	return res, nil
+}
+
+// insertCTEText returns the statement of insertOrderedCTE for nkeys keys and
+// nenvs envelopes; arguments: each key's type, id, count and the time, each
+// envelope's columns then n and pos, and the lease owner and time of the
+// heads.
+func (s *Store) insertCTEText(nkeys, nenvs int) string {
+	var sb strings.Builder
+	sb.WriteString("WITH k AS (INSERT INTO " + s.table.KeyTable().Quoted(s.d.Quote) +
+		" AS k (aggregate_type, aggregate_id, last_seq, done_seq, updated_at) VALUES ")
+	for i := range nkeys {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString("(?, ?, ?, 0, ?)")
+	}
+	sb.WriteString(" ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_seq = k.last_seq + excluded.last_seq, " +
+		"updated_at = excluded.updated_at RETURNING aggregate_type, aggregate_id, last_seq, done_seq), " +
+		"v (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, available_at, created_at, n, pos) AS (VALUES ")
+	// The first row's casts type the columns of the VALUES list.
+	sb.WriteString("(?::text, ?::text, ?::text, ?::text, ?::text, ?::bytea, ?::text, ?::timestamptz, ?::timestamptz, ?::bigint, ?::bigint)")
+	for range nenvs - 1 {
+		sb.WriteString(", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	}
+	const head = "(k.last_seq IS NULL OR (v.pos = 0 AND k.done_seq = k.last_seq - v.n))"
+	sb.WriteString("), e AS (" + s.insertPrefix[:strings.Index(s.insertPrefix, " VALUES ")] +
+		" SELECT v.event_id, v.event_type, v.aggregate_type, v.aggregate_id, v.tenant_id, v.payload, v.headers, " +
+		"CASE WHEN " + head + " THEN 0 ELSE 4 END, 0, v.available_at, v.created_at, " +
+		"CASE WHEN " + head + " THEN ?::text END, CASE WHEN " + head + " THEN ?::timestamptz END, k.last_seq - v.n + 1 + v.pos " +
+		"FROM v LEFT JOIN k ON k.aggregate_type = v.aggregate_type AND k.aggregate_id = v.aggregate_id " +
+		"RETURNING event_id, status, seq) SELECT event_id, status, seq FROM e WHERE seq IS NOT NULL")
+	return s.d.rebind(sb.String())
 }
 
 // finishDoneCTE is finish for DONE outcomes, then advance, for dialects with

@@ -38,6 +38,7 @@ type Store struct {
 	keyAdvance  string
 	doneAdvance string // WritableCTE: see finishDoneCTE
 	readByIDs   string // WritableCTE: the rows of an array of ids
+	insertCTE1  string // WritableCTE: insertCTEText(1, 1), the common write
 	promoteFree string
 
 	locks *namedLockStmts // nil without NamedLock
