@@ -381,6 +381,9 @@ func (s *Store) advance(ctx context.Context, tx core.DBTX, fs []finished, owner 
 	slices.SortFunc(fs, func(a, b finished) int {
 		return cmp.Or(compareKeys(a.key, b.key), cmp.Compare(a.seq, b.seq))
 	})
+	if s.d.LimitedWrites {
+		return s.advanceLimited(ctx, tx, fs, owner, now)
+	}
 	var keys []orderKey
 	for i, f := range fs {
 		if i == 0 || f.key != fs[i-1].key {
@@ -483,6 +486,75 @@ func (s *Store) advance(ctx context.Context, tx core.DBTX, fs []finished, owner 
 	return s.scanAll(tx.QueryContext(ctx, read, nargs...))
 }
 
+// advanceLimited is advance for dialects whose UPDATE takes ORDER BY
+// (MySQL), in two statements instead of three (the read-back aside), fs
+// sorted by key and seq. Each run of fs (finished seqs of one key that
+// follow each other without a gap) moves its key from the seq before it to
+// its last one, if the key's done_seq is the seq before it: one key UPDATE,
+// in key order, which so locks the rows it moves in key order, waiting for
+// their writers. The promotion, a later statement, then promotes the event
+// after each run only where its key now stands right before it (a join on
+// the key row), so that a key that did not move promotes nothing.
+func (s *Store) advanceLimited(ctx context.Context, tx core.DBTX, fs []finished, owner string, now time.Time) ([]core.Event, error) {
+	type run struct {
+		key      orderKey
+		from, to int64
+	}
+	var runs []run
+	for _, f := range fs {
+		if n := len(runs); n > 0 && runs[n-1].key == f.key && runs[n-1].to+1 == f.seq {
+			runs[n-1].to = f.seq
+			continue
+		}
+		runs = append(runs, run{f.key, f.seq - 1, f.seq})
+	}
+	var set, where strings.Builder
+	uargs := make([]any, 0, 7*len(runs)+1)
+	wargs := make([]any, 0, 3*len(runs))
+	set.WriteString("UPDATE " + s.table.KeyTable().Quoted(s.d.Quote) + " SET done_seq = CASE")
+	for i, r := range runs {
+		set.WriteString(" WHEN aggregate_type = ? AND aggregate_id = ? AND done_seq = ? THEN ?")
+		uargs = append(uargs, r.key.aggType, r.key.aggID, r.from, r.to)
+		if i > 0 {
+			where.WriteString(" OR ")
+		}
+		where.WriteString("(aggregate_type = ? AND aggregate_id = ? AND done_seq = ?)")
+		wargs = append(wargs, r.key.aggType, r.key.aggID, r.from)
+	}
+	set.WriteString(" ELSE done_seq END, updated_at = ? WHERE ")
+	uargs = append(uargs, s.ts(now))
+	res, err := tx.ExecContext(ctx, s.d.rebind(set.String()+where.String()+" ORDER BY aggregate_type, aggregate_id"), append(uargs, wargs...)...)
+	if err != nil {
+		return nil, err
+	}
+	if moved, err := res.RowsAffected(); err != nil || moved == 0 {
+		return nil, err
+	}
+	at := now
+	if owner != "" && s.d.Claim == ClaimUpdateThenSelect {
+		at = s.leases.next(now)
+	}
+	var by, lockedAt any
+	if owner != "" {
+		by, lockedAt = owner, s.ts(at)
+	}
+	nargs := []any{by, lockedAt}
+	for _, r := range runs {
+		nargs = append(nargs, r.key.aggType, r.key.aggID, r.to+1)
+	}
+	promote, read := s.promoteStmts(len(runs))
+	res, err = tx.ExecContext(ctx, promote, nargs...)
+	if err != nil {
+		return nil, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return nil, err
+	}
+	// The rows it promoted are those of the keys' next events now leased by
+	// owner at this lease's unique stamp.
+	return s.scanAll(tx.QueryContext(ctx, read, nargs...))
+}
+
 // promoteStmts returns the statement that promotes the next events of n keys
 // from WAITING to NEW, leased (arguments: owner, lease stamp, then each
 // key's type, id and next seq), and, without RETURNING, the one that reads
@@ -491,6 +563,14 @@ func (s *Store) advance(ctx context.Context, tx core.DBTX, fs []finished, owner 
 func (s *Store) promoteStmts(n int) (promote, read string) {
 	next := "(" + strings.TrimSuffix(strings.Repeat("(aggregate_type = ? AND aggregate_id = ? AND seq = ?) OR ", n), " OR ") + ")"
 	promote = "UPDATE " + s.qt + " SET status = 0, locked_by = ?, locked_at = ? WHERE status = 4 AND " + next
+	if s.d.LimitedWrites {
+		// advanceLimited moves the keys without reading them first: an event
+		// is promoted only if its key now stands right before it.
+		nextE := "(" + strings.TrimSuffix(strings.Repeat("(e.aggregate_type = ? AND e.aggregate_id = ? AND e.seq = ?) OR ", n), " OR ") + ")"
+		promote = "UPDATE " + s.qt + " e JOIN " + s.table.KeyTable().Quoted(s.d.Quote) + " k " +
+			"ON k.aggregate_type = e.aggregate_type AND k.aggregate_id = e.aggregate_id AND k.done_seq = e.seq - 1 " +
+			"SET e.status = 0, e.locked_by = ?, e.locked_at = ? WHERE e.status = 4 AND " + nextE
+	}
 	if !s.d.NoReturning {
 		return s.d.rebind(promote + " RETURNING " + columns), ""
 	}
