@@ -57,6 +57,7 @@ type recorder struct {
 	start     time.Time
 	committed []atomic.Int64 // ns since start + 1; 0 = not noted
 	received  []atomic.Int64
+	waited    []atomic.Bool   // ordered events the store wrote WAITING (not heads at write)
 	seen      []atomic.Uint64 // one bit per event
 	delivered atomic.Int64    // distinct events delivered
 	extra     atomic.Int64    // deliveries of events already delivered
@@ -92,10 +93,11 @@ func newNumberedRecorder(n int) *recorder {
 
 // reset prepares the recorder for a new run over the same ids.
 func (r *recorder) reset() {
-	r.committed, r.received = nil, nil
+	r.committed, r.received, r.waited = nil, nil, nil
 	if r.latency {
 		r.committed = make([]atomic.Int64, r.n)
 		r.received = make([]atomic.Int64, r.n)
+		r.waited = make([]atomic.Bool, r.n)
 	}
 	r.seen = make([]atomic.Uint64, (r.n+63)/64)
 	r.delivered.Store(0)
@@ -136,6 +138,36 @@ func (r *recorder) duplicates() int { return int(r.extra.Load()) }
 // latencies returns the commit-to-listener latencies of the events whose
 // commit was noted, sorted.
 func (r *recorder) latencies() []time.Duration { return r.latenciesFrom(0) }
+
+// wroteWaiting notes the events of ids the store wrote WAITING: behind an
+// unfinished event of their key, so not for the hot path at once.
+func (r *recorder) wroteWaiting(ids []string) {
+	for _, id := range ids {
+		if i, ok := r.index(id); ok && r.waited != nil {
+			r.waited[i].Store(true)
+		}
+	}
+}
+
+// splitLatencies returns, sorted, the latencies of the events whose commit
+// and delivery were both noted, split into those written as their key's
+// head (NEW, leased for the hot path; every unordered event) and those
+// written WAITING.
+func (r *recorder) splitLatencies() (heads, waited []time.Duration) {
+	for i := range r.committed {
+		if r.committed[i].Load() == 0 || r.received[i].Load() == 0 {
+			continue
+		}
+		if r.waited[i].Load() {
+			waited = append(waited, r.latencyOf(i))
+		} else {
+			heads = append(heads, r.latencyOf(i))
+		}
+	}
+	slices.Sort(heads)
+	slices.Sort(waited)
+	return heads, waited
+}
 
 // latencyOf returns event i's commit-to-listener latency, or 0 if either
 // time was not noted.

@@ -47,6 +47,18 @@ type result struct {
 	IdleClaimsPerSec float64 `json:"idle_claims_per_sec,omitempty"`
 	// StoreStats summarises the claims and DONE writes of the run.
 	StoreStats string `json:"store_stats,omitempty"`
+	// W1 ordered (Keys > 0): the rate over the unordered "outbox, 1
+	// instance" of the same run, and the latencies split into the events
+	// written as their key's head (NEW, for the hot path at once; HeadPct
+	// of them) and those written WAITING behind an unfinished event of
+	// their key.
+	Keys        int     `json:"ordered_keys,omitempty"`
+	VsUnordered float64 `json:"ratio_to_unordered,omitempty"`
+	HeadPct     float64 `json:"head_pct,omitempty"`
+	HeadP50Ms   float64 `json:"head_p50_ms,omitempty"`
+	HeadP99Ms   float64 `json:"head_p99_ms,omitempty"`
+	WaitedP50Ms float64 `json:"waited_p50_ms,omitempty"`
+	WaitedP99Ms float64 `json:"waited_p99_ms,omitempty"`
 }
 
 func thousands(v float64) string {
@@ -76,6 +88,13 @@ func printW1(tg *target, c *config, rs []result) {
 			rounds, r.P50Ms, r.P99Ms, r.MaxMs, r.HotPct, r.Duplicates, r.cpuPerEvent())
 	}
 	fmt.Println("  Go µs: CPU time of this process per event (outbox, drivers and workload); the database's is not counted.")
+	for _, r := range rs {
+		if r.Keys == 0 {
+			continue
+		}
+		fmt.Printf("  %s: %.2fx the unordered outbox; written as head (hot path) %.1f%%: p50 %.3f ms, p99 %.3f ms; written waiting %.1f%%: p50 %.1f ms, p99 %.1f ms\n",
+			r.Run, r.VsUnordered, r.HeadPct, r.HeadP50Ms, r.HeadP99Ms, 100-r.HeadPct, r.WaitedP50Ms, r.WaitedP99Ms)
+	}
 	printStats(rs)
 }
 

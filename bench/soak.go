@@ -207,7 +207,7 @@ func soakW1(ctx context.Context, c *config, tg *target, n int) (result, []soakWi
 	rec.reset()
 	lat := &latencyWindow{}
 	var cs callStats
-	in, err := openInstance(ctx, c, tg, newTimedStore(t.st, &cs), c.poolSize(1), soakListener{rec: rec, lat: lat}, false)
+	in, err := openInstance(ctx, c, tg, newTimedStore(t.st, &cs, nil), c.poolSize(1), soakListener{rec: rec, lat: lat}, false)
 	if err != nil {
 		return result{}, nil, err
 	}
@@ -281,7 +281,7 @@ func soakW2(ctx context.Context, c *config, tg *target, n int) (result, []soakWi
 	total := int64(n)
 	rep := startSoakReporter("W2", c.soakEvery, func() int64 { return total }, rec.delivered.Load, &cs, nil)
 	start, cpu0 := time.Now(), cpuTime()
-	in, err := openInstance(ctx, c, tg, newTimedStore(t.st, &cs), c.poolSize(1), soakListener{rec: rec}, false)
+	in, err := openInstance(ctx, c, tg, newTimedStore(t.st, &cs, nil), c.poolSize(1), soakListener{rec: rec}, false)
 	if err != nil {
 		rep.finish()
 		return result{}, nil, err

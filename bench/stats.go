@@ -47,10 +47,10 @@ func (s *opStats) String() string {
 
 // callStats is what the timed stores of one kind of run collect, over all
 // its rounds.
-type callStats struct{ claims, done, marks opStats }
+type callStats struct{ inserts, claims, done, marks opStats }
 
 func (cs *callStats) String() string {
-	out := "claims: " + cs.claims.String() + "; DONE batches: " + cs.done.String()
+	out := "inserts: " + cs.inserts.String() + "; claims: " + cs.claims.String() + "; DONE batches: " + cs.done.String()
 	cs.marks.mu.Lock()
 	single := len(cs.marks.durs) > 0
 	cs.marks.mu.Unlock()
@@ -64,21 +64,34 @@ func (cs *callStats) String() string {
 // so that a run can say where its time went.
 type timedStore struct {
 	store.SchemaManager
-	bm                  core.BatchMarker
-	claims, done, marks *opStats
+	bm                           core.BatchMarker
+	inserts, claims, done, marks *opStats
 }
 
 // Unwrap lets the library find the wrapped store's other capabilities
 // (core.OrderedStore, core.LeaseRenewer).
 func (s *timedStore) Unwrap() core.Store { return s.SchemaManager }
 
-func newTimedStore(st store.SchemaManager, cs *callStats) store.SchemaManager {
-	ts := &timedStore{SchemaManager: st, claims: &cs.claims, done: &cs.done, marks: &cs.marks}
-	if bm, ok := core.StoreAs[core.BatchMarker](st); ok {
-		ts.bm = bm
-		return &timedBatchStore{ts}
+// waiting, when not nil, is told the ids of the events each ordered write
+// stored WAITING.
+func newTimedStore(st store.SchemaManager, cs *callStats, waiting func(ids []string)) store.SchemaManager {
+	ts := &timedStore{SchemaManager: st, inserts: &cs.inserts, claims: &cs.claims, done: &cs.done, marks: &cs.marks}
+	bm, ok := core.StoreAs[core.BatchMarker](st)
+	if !ok {
+		return ts
 	}
-	return ts
+	ts.bm = bm
+	if os, ok := core.StoreAs[core.OrderedStore](st); ok && len(os.Ordering()) > 0 {
+		return &timedOrderedStore{timedBatchStore{ts}, os, waiting}
+	}
+	return &timedBatchStore{ts}
+}
+
+func (s *timedStore) Insert(ctx context.Context, db core.DBTX, envs []core.Envelope, opts core.InsertOptions) error {
+	t := time.Now()
+	err := s.SchemaManager.Insert(ctx, db, envs, opts)
+	s.inserts.add(time.Since(t), len(envs), err)
+	return err
 }
 
 func (s *timedStore) Claim(ctx context.Context, db core.DBTX, p core.ClaimParams) ([]core.Event, []core.RowError, error) {
@@ -113,4 +126,44 @@ func (s *timedBatchStore) DeleteDoneBatch(ctx context.Context, db core.DBTX, own
 	n, err := dd.DeleteDoneBatch(ctx, db, owner, ids)
 	s.done.add(time.Since(t), len(ids), err)
 	return n, err
+}
+
+// timedOrderedStore adds the timed ordered capability (core.OrderedStore)
+// to a timedBatchStore: its inserts and DONE writes are timed as the
+// unordered ones are.
+type timedOrderedStore struct {
+	timedBatchStore
+	os      core.OrderedStore
+	waiting func(ids []string) // nil: not told
+}
+
+func (s *timedOrderedStore) Ordering() core.Ordering { return s.os.Ordering() }
+
+func (s *timedOrderedStore) InsertOrdered(ctx context.Context, db core.DBTX, envs []core.Envelope, opts core.InsertOptions) (core.InsertResult, error) {
+	t := time.Now()
+	res, err := s.os.InsertOrdered(ctx, db, envs, opts)
+	s.inserts.add(time.Since(t), len(envs), err)
+	if err == nil && s.waiting != nil && len(res.Waiting) > 0 {
+		s.waiting(res.Waiting)
+	}
+	return res, err
+}
+
+func (s *timedOrderedStore) MarkDoneOrdered(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
+	t := time.Now()
+	n, promoted, err := s.os.MarkDoneOrdered(ctx, db, owner, ids, now)
+	s.done.add(time.Since(t), len(ids), err)
+	return n, promoted, err
+}
+
+func (s *timedOrderedStore) MarkDeadOrdered(ctx context.Context, db core.DBTX, owner, id string, now time.Time, lastErr string) (bool, []core.Event, error) {
+	return s.os.MarkDeadOrdered(ctx, db, owner, id, now, lastErr)
+}
+
+func (s *timedOrderedStore) BlockedKeys(ctx context.Context, db core.DBTX, f core.DeadFilter) ([]core.BlockedKey, error) {
+	return s.os.BlockedKeys(ctx, db, f)
+}
+
+func (s *timedOrderedStore) SkipDead(ctx context.Context, db core.DBTX, ids []string, now time.Time) (int64, error) {
+	return s.os.SkipDead(ctx, db, ids, now)
 }

@@ -149,21 +149,23 @@ func w1Baseline(ctx context.Context, c *config, tg *target, data *w1Data, withOu
 
 // w1Outbox runs the writers through core.Writer with instances
 // dispatcher+poller instances delivering; writer w uses instance w % instances.
-// It returns the run's result and its commit-to-listener latencies.
+// It returns the run's result and its commit-to-listener latencies, split
+// into the events written as their key's head (every unordered one) and
+// those written WAITING.
 //
 // With keys > 0 the aggregate type is ordered (core.Ordering) and the
 // transactions write to keys aggregate ids in turn.
 //
 // With onPgx the instances run on pgx: see openInstance.
-func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instances, keys int, onPgx bool, cs *callStats) (result, []time.Duration, error) {
+func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instances, keys int, onPgx bool, cs *callStats) (result, w1Latencies, error) {
 	admin, err := tg.open(2)
 	if err != nil {
-		return result{}, nil, err
+		return result{}, w1Latencies{}, err
 	}
 	defer admin.Close()
 	biz, dropBiz, err := bizTable(ctx, tg, admin)
 	if err != nil {
-		return result{}, nil, err
+		return result{}, w1Latencies{}, err
 	}
 	defer dropBiz()
 	var ordering core.Ordering
@@ -172,14 +174,14 @@ func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instance
 	}
 	t, err := newOrderedTable(ctx, tg, admin, "w1", ordering)
 	if err != nil {
-		return result{}, nil, err
+		return result{}, w1Latencies{}, err
 	}
 	defer t.drop(ctx)
 	bizInsert := tg.rebind("INSERT INTO " + biz + " (id, customer, amount, created_at) VALUES (?, ?, ?, ?)")
 
 	rec := newRecorder(data.ids)
 	rec.reset()
-	st := newTimedStore(t.st, cs)
+	st := newTimedStore(t.st, cs, rec.wroteWaiting)
 	var ins []*instance
 	defer func() {
 		for _, in := range ins {
@@ -190,7 +192,7 @@ func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instance
 	for range instances {
 		in, err := openInstance(ctx, c, tg, st, c.poolSize(instances), rec, onPgx)
 		if err != nil {
-			return result{}, nil, err
+			return result{}, w1Latencies{}, err
 		}
 		ins = append(ins, in)
 	}
@@ -224,11 +226,11 @@ func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instance
 		})
 	})
 	if err != nil {
-		return result{}, nil, err
+		return result{}, w1Latencies{}, err
 	}
 	doneAt, err := t.waitDone(ctx, rec, c.timeout)
 	if err != nil {
-		return result{}, nil, err
+		return result{}, w1Latencies{}, err
 	}
 	elapsed, cpu := doneAt.Sub(start), cpuTime()-cpu0
 	var hot, storeErrors int64
@@ -237,12 +239,20 @@ func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instance
 		storeErrors += in.m.storeErrors.Load()
 	}
 	n := len(data.ids)
+	var lat w1Latencies
+	lat.heads, lat.waited = rec.splitLatencies()
 	return result{
 		Events: n, Seconds: elapsed.Seconds(), PerSec: float64(n) / elapsed.Seconds(),
 		Duplicates: rec.duplicates(), HotPct: 100 * float64(hot) / float64(n), StoreErrors: storeErrors,
 		CPUSeconds: cpu.Seconds(),
-	}, rec.latencies(), nil
+	}, lat, nil
 }
+
+// w1Latencies are the commit-to-listener latencies of a W1 run, sorted:
+// of the events written as their key's head (NEW, leased for the hot path;
+// every unordered event is one) and of the ordered events written WAITING
+// behind an unfinished one of their key.
+type w1Latencies struct{ heads, waited []time.Duration }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
@@ -288,7 +298,7 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 		pgx       bool
 		rawDone   bool // the raw INSERT with its DONE batches (w1RawDone)
 		rounds    []result
-		lat       []time.Duration
+		lat       w1Latencies
 		stats     callStats
 	}
 	kinds := []*kind{{name: "business + raw outbox INSERT"}}
@@ -311,7 +321,7 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 		for _, k := range kinds {
 			fmt.Printf("    round %d: %s ...\n", round+1, k.name)
 			var r result
-			var lat []time.Duration
+			var lat w1Latencies
 			switch {
 			case k.rawDone:
 				r, err = w1RawDone(ctx, c, tg, data)
@@ -324,7 +334,8 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 				return nil, fmt.Errorf("%s: %w", k.name, err)
 			}
 			k.rounds = append(k.rounds, r)
-			k.lat = append(k.lat, lat...)
+			k.lat.heads = append(k.lat.heads, lat.heads...)
+			k.lat.waited = append(k.lat.waited, lat.waited...)
 		}
 	}
 	floor.Run = "business row only (floor)"
@@ -333,19 +344,36 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 	for _, k := range kinds {
 		var lat []time.Duration
 		if k.instances > 0 {
-			lat = k.lat
+			lat = slices.Concat(k.lat.heads, k.lat.waited)
 		}
 		r := merge(k.name, k.rounds, lat)
 		if k.instances > 0 {
 			r.StoreStats = k.stats.String()
 		}
+		if k.keys > 0 {
+			r.Keys = k.keys
+			slices.Sort(k.lat.heads)
+			slices.Sort(k.lat.waited)
+			r.HeadPct = 100 * float64(len(k.lat.heads)) / float64(max(len(lat), 1))
+			r.HeadP50Ms, r.HeadP99Ms = ms(percentile(k.lat.heads, 0.50)), ms(percentile(k.lat.heads, 0.99))
+			r.WaitedP50Ms, r.WaitedP99Ms = ms(percentile(k.lat.waited, 0.50)), ms(percentile(k.lat.waited, 0.99))
+		}
 		rs = append(rs, r)
 	}
 	base := rs[1].PerSec
+	unordered := 0.0
+	for _, r := range rs {
+		if r.Run == "outbox, 1 instance" {
+			unordered = r.PerSec
+		}
+	}
 	for i := range rs {
 		rs[i].DB, rs[i].Workload = tg.name, "W1"
 		rs[i].Baseline = rs[1].Run
 		rs[i].Ratio = rs[i].PerSec / base
+		if rs[i].Keys > 0 && unordered > 0 {
+			rs[i].VsUnordered = rs[i].PerSec / unordered
+		}
 	}
 	printW1(tg, c, rs)
 	return rs, nil

@@ -152,7 +152,7 @@ func w2Outbox(ctx context.Context, c *config, tmpl *table, rec *recorder, instan
 		}
 	}()
 	label := fmt.Sprintf("%s outbox x%d", t.tg.name, instances)
-	st := newTimedStore(t.st, cs)
+	st := newTimedStore(t.st, cs, nil)
 	start, cpu0 := time.Now(), cpuTime()
 	for range instances {
 		in, err := openInstance(ctx, c, t.tg, st, c.poolSize(instances), rec, onPgx)

@@ -168,6 +168,7 @@ func dialect(claim ClaimStrategy) (sqlstore.Dialect, error) {
 		IsAlreadyExists:   isAlreadyExists,
 		IsUniqueViolation: isUniqueViolation,
 		IsRetryable:       isRetryable,
+		KeepsTx:           keepsTx,
 		NamedLock:         namedLock,
 	}
 	switch claim {
@@ -283,6 +284,18 @@ func isAlreadyExists(err error) bool {
 // isRetryable: after a deadlock or a lock wait timeout in autocommit mode, or
 // in a transaction the store began itself, running the statement again is
 // safe.
+// keepsTx: a server error rolls back the failed statement only, but for a
+// deadlock (and TiDB's write conflict), which rolls back the transaction;
+// an error that is not the server's (a broken connection, a cancelled
+// context, which closes it) leaves no transaction.
+func keepsTx(err error) bool {
+	var e *mysqldrv.MySQLError
+	if !errors.As(err, &e) {
+		return false
+	}
+	return e.Number != errLockDeadlock && e.Number != errTiDBWriteConflict
+}
+
 func isRetryable(err error) bool {
 	switch errorNumber(err) {
 	case errLockDeadlock, errLockWaitTimeout, errTiDBWriteConflict:

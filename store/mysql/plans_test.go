@@ -32,6 +32,12 @@ func TestPlans(t *testing.T) {
 				"promote": "_seq", "promote-read": "_lease"}
 			for _, stmt := range mysql.PlanStatements(st, time.Now()) {
 				plan := explain(t, tg.DB, stmt.SQL, stmt.Args...)
+				if stmt.Name == "promote" {
+					// A join of the events (by key and seq) with their key rows
+					// (by primary key), each table through its index.
+					checkPromote(t, tg.Table, plan)
+					continue
+				}
 				if len(plan) != 1 {
 					t.Fatalf("%s: want one plan row, got %v", stmt.Name, plan)
 				}
@@ -49,6 +55,25 @@ func TestPlans(t *testing.T) {
 				t.Logf("%s (%d rows): type=%s key=%s rows=%s Extra=%s", stmt.Name, n, p["type"], p["key"], p["rows"], p["Extra"])
 			}
 		})
+	}
+}
+
+// checkPromote checks the plan of the promotion: the events of table found
+// through its seq index, their key rows through the key table's primary
+// key, neither scanned nor sorted.
+func checkPromote(t *testing.T, table string, plan []map[string]string) {
+	t.Helper()
+	want := map[string]string{"e": table + "_seq", "k": "PRIMARY"}
+	if len(plan) != len(want) {
+		t.Fatalf("promote: want %d plan rows, got %v", len(want), plan)
+	}
+	for _, p := range plan {
+		key, ok := want[p["table"]]
+		if !ok || !strings.HasPrefix(p["key"], key) || strings.Contains(p["Extra"], "filesort") ||
+			p["type"] == "ALL" || p["type"] == "index" {
+			t.Errorf("promote does not read %s through index %s: %v", p["table"], key, p)
+		}
+		t.Logf("promote: table=%s type=%s key=%s rows=%s Extra=%s", p["table"], p["type"], p["key"], p["rows"], p["Extra"])
 	}
 }
 

@@ -99,6 +99,7 @@ func dialect() sqlstore.Dialect {
 		MaxParams:         65535,
 		UpgradeOrdering:   upgradeOrdering,
 		ErrorAbortsTx:     true,
+		WritableCTE:       true,
 		LockingRead:       "FOR UPDATE",
 		IsUniqueViolation: isUniqueViolation,
 		IsRetryable:       isRetryable,

@@ -36,6 +36,8 @@ var orderedTests = []test{
 	{"OrderedSeqFollowsCommitNotClock", testSeqFollowsCommit},
 	{"OrderedConcurrentWritersAndFinisher", testConcurrentOrdered},
 	{"OrderedBatchAcrossKeys", testOrderedBatch},
+	{"OrderedBatchRuns", testOrderedBatchRuns},
+	{"OrderedInsertFailsWhole", testOrderedInsertFails},
 	{"OrderedPurgeKeys", testPurgeKeys},
 }
 
@@ -441,6 +443,82 @@ func testOrderedBatch(t *testing.T, tg Target) {
 	if err != nil || n != 0 || len(promoted) != 0 {
 		t.Fatalf("mark done again: n=%d promoted=%v err=%v", n, ids(promoted), err)
 	}
+}
+
+// testOrderedInsertFails: an ordered write that fails on a duplicate id in
+// the caller's transaction takes no sequence number: whether the
+// transaction goes on (and commits a write of the key) or is rolled back
+// (where the failure aborted it), the key's next events follow without a
+// gap.
+func testOrderedInsertFails(t *testing.T, tg Target) {
+	st := orderedStore(t, tg)
+	c := ctx(t)
+	writeOrdered(t, tg, st, "", env(t, "A-1", base, keyed("Order", "A")))
+	for _, batch := range [][]core.Envelope{
+		{env(t, "A-1", base, keyed("Order", "A"))},
+		{env(t, "B-1", base, keyed("Order", "B")), env(t, "A-x", base, keyed("Order", "A")), env(t, "A-1", base, keyed("Order", "A"))},
+	} {
+		n := count(t, tg, "aggregate_id = 'A'") + 1 // the next seq of A
+		tx, err := tg.DB.BeginTx(c, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.InsertOrdered(c, tx, batch, core.InsertOptions{}); !errors.Is(err, core.ErrDuplicateEvent) {
+			_ = tx.Rollback()
+			t.Fatalf("write of %d events, one a duplicate: err = %v, want ErrDuplicateEvent", len(batch), err)
+		}
+		if _, err := tx.ExecContext(c, "SELECT 1"); err != nil {
+			_ = tx.Rollback() // the failure aborted the transaction (PostgreSQL)
+			continue
+		}
+		res, err := st.InsertOrdered(c, tx, []core.Envelope{env(t, fmt.Sprintf("A-%d", n), base, keyed("Order", "A"))}, core.InsertOptions{})
+		if err != nil {
+			_ = tx.Rollback()
+			t.Fatalf("write after a failed one in the same transaction: %v", err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(res.Seqs, []int64{int64(n)}) {
+			t.Fatalf("seqs after a failed write = %v, want [%d]", res.Seqs, n)
+		}
+	}
+	n := count(t, tg, "aggregate_id = 'A'") + 1
+	id := fmt.Sprintf("A-%d", n)
+	writeOrdered(t, tg, st, "", env(t, id, base, keyed("Order", "A")), env(t, "B-1", base, keyed("Order", "B")))
+	wantState(t, tg, id, core.StatusWaiting, int64(n), "")
+	wantState(t, tg, "B-1", core.StatusNew, 1, "")
+}
+
+// testOrderedBatchRuns: a DONE batch holding several events of one key
+// (leased together only after a redelivery or a manual fix, but possible)
+// moves the key through the run of them that follows its done_seq without
+// a gap, and no further.
+func testOrderedBatchRuns(t *testing.T, tg Target) {
+	st := orderedStore(t, tg)
+	var envs []core.Envelope
+	for _, id := range []string{"A-1", "A-2", "A-3", "A-4", "A-5"} {
+		envs = append(envs, env(t, id, base, keyed("Order", "A")))
+	}
+	envs = append(envs, env(t, "B-1", base, keyed("Order", "B")), env(t, "B-2", base, keyed("Order", "B")))
+	writeOrdered(t, tg, st, owner, envs...)
+	// leased as if delivered beside their predecessors.
+	if _, err := tg.DB.ExecContext(ctx(t), "UPDATE "+tg.Table+" SET status = 0, locked_by = '"+owner+
+		"', locked_at = created_at WHERE event_id IN ('A-2', 'A-4')"); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	n, promoted, err := st.MarkDoneOrdered(ctx(t), tg.DB, owner, []string{"A-4", "B-1", "A-2", "A-1"}, now)
+	if err != nil || n != 4 {
+		t.Fatalf("mark done: n=%d err=%v", n, err)
+	}
+	got := ids(promoted)
+	slices.Sort(got)
+	if want := []string{"A-3", "B-2"}; !slices.Equal(got, want) {
+		t.Fatalf("promoted %v, want %v", got, want)
+	}
+	wantState(t, tg, "A-3", core.StatusNew, 3, owner)
+	wantState(t, tg, "A-5", core.StatusWaiting, 5, "")
 }
 
 // testPurgeKeys: the key rows deleted are those of keys with every event

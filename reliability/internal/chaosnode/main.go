@@ -6,11 +6,17 @@
 // The test builds it, starts three workers and one writer on one database,
 // and SIGKILLs workers while they run.
 //
+// A worker started with -write also writes events, through a Writer wired
+// to its own dispatcher's hot path, as an application instance does: a kill
+// then takes down writers, their open transactions and the events their
+// commits had just queued, all at once.
+//
 // Protocol: a worker prints "ready <owner>" once it delivers, and shuts down
 // cleanly on SIGTERM or when its stdin closes (the supervisor died), printing
 // "stopped delivered=<n>". A writer prints "written=<n> retries=<n>
-// ambiguous=<n>" when it is done. Errors go to stderr; the exit status is 0
-// only after a clean run.
+// ambiguous=<n>" when it is done; so does a worker's writing, once it has
+// written -events events (0: no limit) or, sooner, on SIGUSR1. Errors go to
+// stderr; the exit status is 0 only after a clean run.
 package main
 
 import (
@@ -22,8 +28,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -48,6 +56,8 @@ type options struct {
 
 	// both: the chaos aggregate type is ordered per key
 	ordered bool
+	// worker: also write, as a writer does (SIGUSR1 stops it)
+	write bool
 
 	// writer: with keys > 0, each event's key is one of keys at random, and
 	// every event of keys "0".."poisonKeys-1" is poison (its listener always
@@ -77,6 +87,7 @@ func main() {
 	flag.BoolVar(&o.verbose, "v", false, "log the outbox's warnings to stderr")
 	flag.Float64Var(&o.fail, "fail", 0, "share of listener calls that fail (worker)")
 	flag.BoolVar(&o.ordered, "ordered", false, "deliver the events in order per key")
+	flag.BoolVar(&o.write, "write", false, "also write events through this worker's hot path, as a writer does, until -events (0: no limit) or SIGUSR1 (worker)")
 	flag.IntVar(&o.keys, "keys", 0, "write each event to one of this many keys at random, 0 for a key per event (writer)")
 	flag.IntVar(&o.poisonKeys, "poison-keys", 0, "keys whose events always fail (writer)")
 	flag.DurationVar(&o.skew, "skew", 0, "added to each event's OccurredAt, as a host with a wrong clock would (writer)")
@@ -107,8 +118,12 @@ func open(o options) (*sql.DB, store.SchemaManager, error) {
 		return nil, nil, err
 	}
 	if o.dialect != "sqlite" {
-		db.SetMaxOpenConns(o.workers + 3)
-		db.SetMaxIdleConns(o.workers + 3)
+		conns := o.workers + 3
+		if o.write {
+			conns += o.concurrency
+		}
+		db.SetMaxOpenConns(conns)
+		db.SetMaxIdleConns(conns)
 	}
 	var ordering core.Ordering
 	if o.ordered {
@@ -180,13 +195,40 @@ func runWorker(o options) error {
 		_ = d.Close(ctx)
 		return err
 	}
+	var errW error
+	var wg sync.WaitGroup
+	stopCh := make(chan struct{})
+	var stopOnce sync.Once
+	stopWrites := func() { stopOnce.Do(func() { close(stopCh) }) }
+	if o.write {
+		w, err := core.NewWriter(core.WriterConfig{Store: st, Hook: d.WriterHook(), Logger: logger})
+		if err != nil {
+			_ = p.Close(ctx)
+			_ = d.Close(ctx)
+			return err
+		}
+		// Writing stops on SIGUSR1, or before the dispatcher closes.
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		defer signal.Stop(usr1)
+		wg.Go(func() {
+			select {
+			case <-usr1:
+				stopWrites()
+			case <-stopCh:
+			}
+		})
+		wg.Go(func() { errW = write(o, db, w, stopCh) })
+	}
 	fmt.Printf("ready %s\n", owner)
 
 	chaos.WaitForStop()
+	stopWrites()
+	wg.Wait()
 	errP := p.Close(ctx)
 	errD := d.Close(ctx)
 	fmt.Printf("stopped delivered=%d\n", delivered.Load())
-	return errors.Join(errP, errD)
+	return errors.Join(errW, errP, errD)
 }
 
 func runWriter(o options) error {
@@ -199,6 +241,13 @@ func runWriter(o options) error {
 	if err != nil {
 		return err
 	}
+	return write(o, db, w, nil)
+}
+
+// write writes o.events events (0: until stop) through w, o.perTx per
+// business transaction from o.concurrency goroutines, and prints what it
+// did; closing stop ends it after the transactions under way.
+func write(o options, db *sql.DB, w *core.Writer, stop <-chan struct{}) error {
 	txm, err := txctx.New(db, txctx.Config{})
 	if err != nil {
 		return err
@@ -211,16 +260,27 @@ func runWriter(o options) error {
 		errMu                       sync.Mutex
 		firstErr                    error
 	)
+	stopped := func() bool {
+		select {
+		case <-stop:
+			return true
+		default:
+			return false
+		}
+	}
 	for g := range o.concurrency {
 		keyRNG := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()*64+g)))
 		wg.Go(func() {
 			for {
 				n := int(next.Add(int64(o.perTx)))
 				first := n - o.perTx
-				if first >= o.events {
+				if stopped() || o.events > 0 && first >= o.events {
 					return
 				}
-				count := min(o.perTx, o.events-first)
+				count := o.perTx
+				if o.events > 0 {
+					count = min(count, o.events-first)
+				}
 				if o.rate > 0 {
 					// Pace by the schedule: event i is due at start + i/rate.
 					due := start.Add(time.Duration(float64(first) / o.rate * float64(time.Second)))

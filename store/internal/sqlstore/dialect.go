@@ -72,6 +72,17 @@ type Dialect struct {
 	// (PostgreSQL), so that the statements of one ordered write need no
 	// savepoint to stay all-or-nothing.
 	ErrorAbortsTx bool
+	// KeepsTx reports an error after which the transaction is still open,
+	// only the failed statement undone (MySQL: a server error other than a
+	// deadlock). Set, an ordered write in the caller's transaction takes no
+	// savepoint: after such an error it gives back the sequence numbers it
+	// took (see giveBack). Nil: a savepoint, unless ErrorAbortsTx.
+	KeepsTx func(error) bool
+	// WritableCTE: a WITH clause may hold INSERT ... RETURNING
+	// (PostgreSQL), so that an ordered write takes its keys' sequence
+	// numbers and inserts its events in one statement (see
+	// insertOrderedCTE).
+	WritableCTE bool
 	// Quote quotes one identifier. Required.
 	Quote func(ident string) string
 	// Pending is the condition that selects rows waiting for delivery, written

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -108,24 +109,26 @@ type keyCount struct {
 
 // allocate takes the sequence numbers of the ordered envelopes of envs (keys
 // are their keys, sorted) and returns each envelope's plan and the ids of
-// those to insert WAITING. It returns nil, nil when nothing is ordered.
-func (s *Store) allocate(ctx context.Context, db core.DBTX, envs []core.Envelope, keys []keyCount) ([]rowPlan, []string, error) {
+// those to insert WAITING, and, even when it fails, the ranges it took. It
+// returns nil plan and ids when nothing is ordered.
+func (s *Store) allocate(ctx context.Context, db core.DBTX, envs []core.Envelope, keys []keyCount) ([]rowPlan, []string, []seqRange, error) {
 	if len(keys) == 0 {
-		return nil, nil, nil
+		return nil, nil, nil, nil
 	}
 	type alloc struct {
 		next int64 // the next seq to hand out
 		head bool  // the next one handed out is the key's head
 	}
 	allocs := make(map[orderKey]*alloc, len(keys))
+	taken := make([]seqRange, 0, len(keys))
 	now := s.ts(time.Now())
 	for _, k := range keys {
-		last, done, err := s.takeSeqs(ctx, db, k.key, k.n, now)
+		last, head, err := s.takeSeqs(ctx, db, k.key, k.n, now)
 		if err != nil {
-			return nil, nil, s.wrap("take sequence numbers", err)
+			return nil, nil, taken, s.wrap("take sequence numbers", err)
 		}
-		first := last - int64(k.n) + 1
-		allocs[k.key] = &alloc{next: first, head: done == first-1}
+		taken = append(taken, seqRange{k, last})
+		allocs[k.key] = &alloc{next: last - int64(k.n) + 1, head: head}
 	}
 	plan := make([]rowPlan, len(envs))
 	var waiting []string
@@ -143,22 +146,78 @@ func (s *Store) allocate(ctx context.Context, db core.DBTX, envs []core.Envelope
 		}
 		a.next++
 	}
-	return plan, waiting, nil
+	return plan, waiting, taken, nil
+}
+
+// seqRange is what a write took from a key: its n sequence numbers up to
+// last.
+type seqRange struct {
+	keyCount
+	last int64
 }
 
 // takeSeqs adds n to key's last_seq (creating its row) and returns last_seq
-// and done_seq after the change. It locks the key's row until db's
-// transaction ends.
-func (s *Store) takeSeqs(ctx context.Context, db core.DBTX, k orderKey, n int, now any) (last, done int64, err error) {
+// after the change, and whether the first of the n is the key's head (every
+// earlier event finished: done_seq was last_seq before the change). It locks
+// the key's row until db's transaction ends.
+//
+// Without RETURNING (MySQL) it is still one statement: the upsert passes
+// 2*last_seq, plus 1 for a head, through LAST_INSERT_ID(expr), which the
+// server reports to the client as the statement's insert id, and stores
+// that halved. A row it created (one affected row instead of two) is a
+// fresh key: last_seq n, a head.
+func (s *Store) takeSeqs(ctx context.Context, db core.DBTX, k orderKey, n int, now any) (last int64, head bool, err error) {
 	if s.d.NoReturning {
-		if _, err := db.ExecContext(ctx, s.keyUpsert, k.aggType, k.aggID, n, now, n, now); err != nil {
-			return 0, 0, err
+		res, err := db.ExecContext(ctx, s.keyUpsert, k.aggType, k.aggID, n, now, n, now)
+		if err != nil {
+			return 0, false, err
 		}
-		err = db.QueryRowContext(ctx, s.keyRead, k.aggType, k.aggID).Scan(&last, &done)
-		return last, done, err
+		affected, err := res.RowsAffected()
+		if err != nil {
+			return 0, false, err
+		}
+		if affected == 1 {
+			return int64(n), true, nil
+		}
+		id, err := res.LastInsertId()
+		if err != nil {
+			return 0, false, err
+		}
+		if last = id / 2; last < int64(n) {
+			return 0, false, fmt.Errorf("key (%s, %s): the upsert reported last_seq %d for %d events", k.aggType, k.aggID, last, n)
+		}
+		return last, id%2 == 1, nil
 	}
+	var done int64
 	err = db.QueryRowContext(ctx, s.keyUpsert, k.aggType, k.aggID, n, now).Scan(&last, &done)
-	return last, done, err
+	return last, done == last-int64(n), err
+}
+
+// giveBack returns cause, after giving back the sequence numbers of taken
+// when cause left the transaction open (Dialect.KeepsTx): each key's
+// last_seq goes back to what it was, under the row lock the transaction
+// still holds, so that the key waits for no event that will never exist. An
+// undo that fails is joined to cause: the caller must then roll back.
+func (s *Store) giveBack(ctx context.Context, db core.DBTX, taken []seqRange, cause error) error {
+	if len(taken) == 0 || s.d.KeepsTx == nil || !s.d.KeepsTx(cause) {
+		return cause
+	}
+	ctx = context.WithoutCancel(ctx)
+	for _, t := range taken {
+		res, err := db.ExecContext(ctx, s.keyGiveBack, t.n, t.key.aggType, t.key.aggID, t.last)
+		var n int64
+		if err == nil {
+			n, err = res.RowsAffected()
+		}
+		if err == nil && n != 1 {
+			err = errors.New("its row moved on")
+		}
+		if err != nil {
+			return errors.Join(cause, fmt.Errorf("give back the sequence numbers of key (%s, %s), which will wait for them "+
+				"until this transaction is rolled back: %w", t.key.aggType, t.key.aggID, err))
+		}
+	}
+	return cause
 }
 
 // orderedStmts prepares the texts of the ordered statements.
@@ -167,16 +226,21 @@ func (s *Store) orderedStmts() {
 	cols := "(aggregate_type, aggregate_id, last_seq, done_seq, updated_at) VALUES (?, ?, ?, 0, ?)"
 	if s.d.NoReturning {
 		s.keyUpsert = s.d.rebind("INSERT INTO " + kt + " " + cols +
-			" ON DUPLICATE KEY UPDATE last_seq = last_seq + ?, updated_at = ?")
-		s.keyRead = s.d.rebind("SELECT last_seq, done_seq FROM " + kt +
-			" WHERE aggregate_type = ? AND aggregate_id = ?" + lockingRead(s.d))
+			" ON DUPLICATE KEY UPDATE last_seq = LAST_INSERT_ID(2 * (last_seq + ?) + (done_seq = last_seq)) DIV 2, updated_at = ?")
 	} else {
 		s.keyUpsert = s.d.rebind("INSERT INTO " + kt + " AS k " + cols +
 			" ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_seq = k.last_seq + excluded.last_seq, " +
 			"updated_at = excluded.updated_at RETURNING last_seq, done_seq")
 	}
+	s.keyGiveBack = s.d.rebind("UPDATE " + kt + " SET last_seq = last_seq - ? " +
+		"WHERE aggregate_type = ? AND aggregate_id = ? AND last_seq = ?")
 	s.keyAdvance = s.d.rebind("UPDATE " + kt + " SET done_seq = ?, updated_at = ? " +
 		"WHERE aggregate_type = ? AND aggregate_id = ? AND done_seq = ?")
+	if s.d.WritableCTE {
+		s.doneAdvance = s.doneAdvanceStmt()
+		s.insertCTE1 = s.insertCTEText(1, 1)
+		s.readByIDs = s.d.rebind("SELECT " + columns + " FROM " + s.qt + " WHERE event_id = ANY (?::text[])")
+	}
 }
 
 func lockingRead(d Dialect) string {
@@ -210,6 +274,10 @@ func (s *Store) MarkDoneOrdered(ctx context.Context, db core.DBTX, owner string,
 		err := s.retry(ctx, db, func() error {
 			return inTx(ctx, db, func(tx core.DBTX) error {
 				var err error
+				if s.doneAdvance != "" {
+					n, p, err = s.finishDoneCTE(ctx, tx, owner, chunk, now)
+					return err
+				}
 				n, p, err = s.finish(ctx, tx, owner, chunk, now,
 					"status = 1, done_at = ?, locked_by = NULL, locked_at = NULL", []any{s.ts(now)},
 					func(string) bool { return true })
@@ -313,6 +381,9 @@ func (s *Store) advance(ctx context.Context, tx core.DBTX, fs []finished, owner 
 	slices.SortFunc(fs, func(a, b finished) int {
 		return cmp.Or(compareKeys(a.key, b.key), cmp.Compare(a.seq, b.seq))
 	})
+	if s.d.LimitedWrites {
+		return s.advanceLimited(ctx, tx, fs, owner, now)
+	}
 	var keys []orderKey
 	for i, f := range fs {
 		if i == 0 || f.key != fs[i-1].key {
@@ -415,6 +486,75 @@ func (s *Store) advance(ctx context.Context, tx core.DBTX, fs []finished, owner 
 	return s.scanAll(tx.QueryContext(ctx, read, nargs...))
 }
 
+// advanceLimited is advance for dialects whose UPDATE takes ORDER BY
+// (MySQL), in two statements instead of three (the read-back aside), fs
+// sorted by key and seq. Each run of fs (finished seqs of one key that
+// follow each other without a gap) moves its key from the seq before it to
+// its last one, if the key's done_seq is the seq before it: one key UPDATE,
+// in key order, which so locks the rows it moves in key order, waiting for
+// their writers. The promotion, a later statement, then promotes the event
+// after each run only where its key now stands right before it (a join on
+// the key row), so that a key that did not move promotes nothing.
+func (s *Store) advanceLimited(ctx context.Context, tx core.DBTX, fs []finished, owner string, now time.Time) ([]core.Event, error) {
+	type run struct {
+		key      orderKey
+		from, to int64
+	}
+	var runs []run
+	for _, f := range fs {
+		if n := len(runs); n > 0 && runs[n-1].key == f.key && runs[n-1].to+1 == f.seq {
+			runs[n-1].to = f.seq
+			continue
+		}
+		runs = append(runs, run{f.key, f.seq - 1, f.seq})
+	}
+	var set, where strings.Builder
+	uargs := make([]any, 0, 7*len(runs)+1)
+	wargs := make([]any, 0, 3*len(runs))
+	set.WriteString("UPDATE " + s.table.KeyTable().Quoted(s.d.Quote) + " SET done_seq = CASE")
+	for i, r := range runs {
+		set.WriteString(" WHEN aggregate_type = ? AND aggregate_id = ? AND done_seq = ? THEN ?")
+		uargs = append(uargs, r.key.aggType, r.key.aggID, r.from, r.to)
+		if i > 0 {
+			where.WriteString(" OR ")
+		}
+		where.WriteString("(aggregate_type = ? AND aggregate_id = ? AND done_seq = ?)")
+		wargs = append(wargs, r.key.aggType, r.key.aggID, r.from)
+	}
+	set.WriteString(" ELSE done_seq END, updated_at = ? WHERE ")
+	uargs = append(uargs, s.ts(now))
+	res, err := tx.ExecContext(ctx, s.d.rebind(set.String()+where.String()+" ORDER BY aggregate_type, aggregate_id"), append(uargs, wargs...)...)
+	if err != nil {
+		return nil, err
+	}
+	if moved, err := res.RowsAffected(); err != nil || moved == 0 {
+		return nil, err
+	}
+	at := now
+	if owner != "" && s.d.Claim == ClaimUpdateThenSelect {
+		at = s.leases.next(now)
+	}
+	var by, lockedAt any
+	if owner != "" {
+		by, lockedAt = owner, s.ts(at)
+	}
+	nargs := []any{by, lockedAt}
+	for _, r := range runs {
+		nargs = append(nargs, r.key.aggType, r.key.aggID, r.to+1)
+	}
+	promote, read := s.promoteStmts(len(runs))
+	res, err = tx.ExecContext(ctx, promote, nargs...)
+	if err != nil {
+		return nil, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return nil, err
+	}
+	// The rows it promoted are those of the keys' next events now leased by
+	// owner at this lease's unique stamp.
+	return s.scanAll(tx.QueryContext(ctx, read, nargs...))
+}
+
 // promoteStmts returns the statement that promotes the next events of n keys
 // from WAITING to NEW, leased (arguments: owner, lease stamp, then each
 // key's type, id and next seq), and, without RETURNING, the one that reads
@@ -423,6 +563,14 @@ func (s *Store) advance(ctx context.Context, tx core.DBTX, fs []finished, owner 
 func (s *Store) promoteStmts(n int) (promote, read string) {
 	next := "(" + strings.TrimSuffix(strings.Repeat("(aggregate_type = ? AND aggregate_id = ? AND seq = ?) OR ", n), " OR ") + ")"
 	promote = "UPDATE " + s.qt + " SET status = 0, locked_by = ?, locked_at = ? WHERE status = 4 AND " + next
+	if s.d.LimitedWrites {
+		// advanceLimited moves the keys without reading them first: an event
+		// is promoted only if its key now stands right before it.
+		nextE := "(" + strings.TrimSuffix(strings.Repeat("(e.aggregate_type = ? AND e.aggregate_id = ? AND e.seq = ?) OR ", n), " OR ") + ")"
+		promote = "UPDATE " + s.qt + " e JOIN " + s.table.KeyTable().Quoted(s.d.Quote) + " k " +
+			"ON k.aggregate_type = e.aggregate_type AND k.aggregate_id = e.aggregate_id AND k.done_seq = e.seq - 1 " +
+			"SET e.status = 0, e.locked_by = ?, e.locked_at = ? WHERE e.status = 4 AND " + nextE
+	}
 	if !s.d.NoReturning {
 		return s.d.rebind(promote + " RETURNING " + columns), ""
 	}
@@ -638,4 +786,225 @@ func (s *Store) purgeKeys(before time.Time, limit int) (string, []any) {
 	// the DELETE waited for its lock; the subquery's is not.
 	return "DELETE FROM " + kt + " WHERE done_seq = last_seq AND updated_at < ? AND (aggregate_type, aggregate_id) IN " +
 		"(SELECT k.aggregate_type, k.aggregate_id FROM " + kt + " k WHERE " + idle("k.") + " LIMIT ?)", []any{s.ts(before), s.ts(before), limit}
+}
+
+// insertOrderedCTE is InsertOrdered in one statement, for dialects with
+// WritableCTE and a write that fits in one statement: a data-modifying CTE
+// upserts the rows of keys (sorted) in one multi-row INSERT ... ON CONFLICT,
+// which locks them in that order until the transaction ends, as takeSeqs
+// does one at a time; the INSERT of the events then computes each one's seq
+// and status from the key rows it returns. Being one statement, it is
+// all-or-nothing without a transaction or savepoint of its own.
+//
+// A row of the events' VALUES carries, beside its columns, n, the number of
+// events of its key in the write (0 for an unordered event), and pos, its
+// position among them: its seq is last_seq - n + 1 + pos, and it is its
+// key's head, inserted NEW and leased like an unordered event, when pos is
+// 0 and done_seq was last_seq before the write.
+func (s *Store) insertOrderedCTE(ctx context.Context, db core.DBTX, envs []core.Envelope, keys []keyCount, opts core.InsertOptions) (core.InsertResult, error) {
+	now := s.ts(time.Now())
+	args := make([]any, 0, 4*len(keys)+11*len(envs)+2)
+	count := make(map[orderKey]int, len(keys))
+	for _, k := range keys {
+		args = append(args, k.key.aggType, k.key.aggID, k.n, now)
+		count[k.key] = k.n
+	}
+	pos := make(map[orderKey]int, len(keys))
+	for _, env := range envs {
+		headers, err := encodeHeaders(env.RawHeaders())
+		if err != nil {
+			return core.InsertResult{}, err
+		}
+		payload := env.RawPayload()
+		if payload == nil {
+			payload = []byte{}
+		}
+		k := orderKey{env.AggregateType(), env.AggregateID()}
+		n, p := count[k], pos[k]
+		if n > 0 {
+			pos[k] = p + 1
+		}
+		args = append(args, env.ID(), env.Type(), env.AggregateType(), nullIfEmpty(env.AggregateID()),
+			nullIfEmpty(env.TenantID()), payload, headers, s.ts(env.AvailableAt()), s.ts(env.OccurredAt()), n, p)
+	}
+	var lockedBy, lockedAt any
+	if opts.LeaseOwner != "" {
+		lockedBy, lockedAt = opts.LeaseOwner, s.ts(opts.LeaseAt)
+	}
+	args = append(args, lockedBy, lockedAt)
+	q := s.insertCTE1
+	if len(keys) != 1 || len(envs) != 1 {
+		q = s.insertCTEText(len(keys), len(envs))
+	}
+
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return core.InsertResult{}, s.wrap("insert events", err)
+	}
+	defer rows.Close()
+	type got struct {
+		status core.Status
+		seq    int64
+	}
+	byID := make(map[string]got, len(envs))
+	for rows.Next() {
+		var id string
+		var g got
+		if err := rows.Scan(&id, &g.status, &g.seq); err != nil {
+			return core.InsertResult{}, s.wrap("insert events", err)
+		}
+		byID[id] = g
+	}
+	if err := rows.Err(); err != nil {
+		return core.InsertResult{}, s.wrap("insert events", err)
+	}
+	res := core.InsertResult{Seqs: make([]int64, len(envs))}
+	for i, env := range envs {
+		g, ok := byID[env.ID()]
+		if !ok {
+			continue
+		}
+		res.Seqs[i] = g.seq
+		if g.status == core.StatusWaiting {
+			res.Waiting = append(res.Waiting, env.ID())
+		}
+	}
+	return res, nil
+}
+
+// insertCTEText returns the statement of insertOrderedCTE for nkeys keys and
+// nenvs envelopes; arguments: each key's type, id, count and the time, each
+// envelope's columns then n and pos, and the lease owner and time of the
+// heads.
+func (s *Store) insertCTEText(nkeys, nenvs int) string {
+	var sb strings.Builder
+	sb.WriteString("WITH k AS (INSERT INTO " + s.table.KeyTable().Quoted(s.d.Quote) +
+		" AS k (aggregate_type, aggregate_id, last_seq, done_seq, updated_at) VALUES ")
+	for i := range nkeys {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString("(?, ?, ?, 0, ?)")
+	}
+	sb.WriteString(" ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_seq = k.last_seq + excluded.last_seq, " +
+		"updated_at = excluded.updated_at RETURNING aggregate_type, aggregate_id, last_seq, done_seq), " +
+		"v (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, available_at, created_at, n, pos) AS (VALUES ")
+	// The first row's casts type the columns of the VALUES list.
+	sb.WriteString("(?::text, ?::text, ?::text, ?::text, ?::text, ?::bytea, ?::text, ?::timestamptz, ?::timestamptz, ?::bigint, ?::bigint)")
+	for range nenvs - 1 {
+		sb.WriteString(", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	}
+	const head = "(k.last_seq IS NULL OR (v.pos = 0 AND k.done_seq = k.last_seq - v.n))"
+	sb.WriteString("), e AS (" + s.insertPrefix[:strings.Index(s.insertPrefix, " VALUES ")] +
+		" SELECT v.event_id, v.event_type, v.aggregate_type, v.aggregate_id, v.tenant_id, v.payload, v.headers, " +
+		"CASE WHEN " + head + " THEN 0 ELSE 4 END, 0, v.available_at, v.created_at, " +
+		"CASE WHEN " + head + " THEN ?::text END, CASE WHEN " + head + " THEN ?::timestamptz END, k.last_seq - v.n + 1 + v.pos " +
+		"FROM v LEFT JOIN k ON k.aggregate_type = v.aggregate_type AND k.aggregate_id = v.aggregate_id " +
+		"RETURNING event_id, status, seq) SELECT event_id, status, seq FROM e WHERE seq IS NOT NULL")
+	return s.d.rebind(sb.String())
+}
+
+// finishDoneCTE is finish for DONE outcomes, then advance, for dialects with
+// WritableCTE: mostly one statement instead of five. It marks the rows of
+// ids owner still leases DONE and, in data-modifying CTEs fed by the rows it
+// marked, locks their keys' rows in key order, moves each key from done_seq
+// through the run of finished seqs that follows it without a gap (runs found
+// as gaps-and-islands: seq minus its rank within the key is constant along a
+// run), and promotes each moved key's next event if the statement's
+// snapshot sees it WAITING. It returns how many rows it marked, and per
+// moved key its new done_seq, its last_seq and the id of the event it
+// promoted, if any.
+//
+// A key whose lock it waited for, held by a writer that then committed the
+// key's next event, shows that event in last_seq (the row's latest
+// version, which the lock returns) but not in the statement's snapshot: the
+// promotion of those keys' next events is a second statement, whose
+// snapshot sees it. The promoted events are read back (a third statement,
+// only when the first promoted some), to be delivered.
+func (s *Store) finishDoneCTE(ctx context.Context, tx core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
+	at := s.ts(now)
+	rows, err := tx.QueryContext(ctx, s.doneAdvance, at, owner, ids, at, owner, at)
+	if err != nil {
+		return 0, nil, err
+	}
+	var n int64
+	var promotedIDs []string
+	promotedKeys := map[orderKey]bool{}
+	var next []finished // keys moved with events after done_seq: (key, done_seq+1)
+	for rows.Next() {
+		var aggType, aggID, promoted sql.NullString
+		var count, done, last sql.NullInt64
+		if err := rows.Scan(&count, &aggType, &aggID, &done, &last, &promoted); err != nil {
+			rows.Close()
+			return 0, nil, err
+		}
+		k := orderKey{aggType.String, aggID.String}
+		switch {
+		case promoted.Valid: // a row of p
+			promotedIDs = append(promotedIDs, promoted.String)
+			promotedKeys[k] = true
+			continue
+		case count.Valid:
+			n = count.Int64
+		}
+		if done.Valid && last.Int64 > done.Int64 {
+			next = append(next, finished{k, done.Int64 + 1})
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return 0, nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return 0, nil, err
+	}
+	var behind []finished // keys whose next event the snapshot did not see
+	for _, f := range next {
+		if !promotedKeys[f.key] {
+			behind = append(behind, f)
+		}
+	}
+	var out []core.Event
+	if len(promotedIDs) > 0 {
+		evs, err := s.scanAll(tx.QueryContext(ctx, s.readByIDs, promotedIDs))
+		if err != nil {
+			return 0, nil, err
+		}
+		out = evs
+	}
+	if len(behind) > 0 {
+		nargs := []any{owner, at}
+		for _, j := range s.padMoves(len(behind)) {
+			nargs = append(nargs, behind[j].key.aggType, behind[j].key.aggID, behind[j].seq)
+		}
+		promote, _ := s.promoteStmts((len(nargs) - 2) / 3)
+		evs, err := s.scanAll(tx.QueryContext(ctx, promote, nargs...))
+		if err != nil {
+			return 0, nil, err
+		}
+		out = append(out, evs...)
+	}
+	return n, out, nil
+}
+
+// doneAdvanceStmt returns the statement of finishDoneCTE; arguments: the DONE
+// time, the lease owner, the ids as an array, the time again for the key
+// rows, then the owner and time of the promoted events' lease.
+func (s *Store) doneAdvanceStmt() string {
+	kt := s.table.KeyTable().Quoted(s.d.Quote)
+	return s.d.rebind("WITH d AS (UPDATE " + s.qt + " SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL " +
+		"WHERE locked_by = ? AND " + notTerminal + " AND event_id = ANY (?::text[]) RETURNING aggregate_type, aggregate_id, seq), " +
+		"f AS (SELECT aggregate_type, aggregate_id, seq, seq - row_number() OVER (PARTITION BY aggregate_type, aggregate_id ORDER BY seq) AS run " +
+		"FROM d WHERE seq IS NOT NULL AND aggregate_id IS NOT NULL), " +
+		"r AS (SELECT aggregate_type, aggregate_id, min(seq) - 1 AS from_seq, max(seq) AS to_seq FROM f GROUP BY aggregate_type, aggregate_id, run), " +
+		"l AS (SELECT k.aggregate_type, k.aggregate_id, r.from_seq, r.to_seq FROM " + kt + " k JOIN r ON k.aggregate_type = r.aggregate_type AND k.aggregate_id = r.aggregate_id " +
+		"ORDER BY k.aggregate_type, k.aggregate_id FOR UPDATE OF k), " +
+		"u AS (UPDATE " + kt + " k SET done_seq = l.to_seq, updated_at = ? FROM l " +
+		"WHERE k.aggregate_type = l.aggregate_type AND k.aggregate_id = l.aggregate_id AND k.done_seq = l.from_seq " +
+		"RETURNING k.aggregate_type, k.aggregate_id, k.done_seq, k.last_seq), " +
+		"p AS (UPDATE " + s.qt + " e SET status = 0, locked_by = ?, locked_at = ? FROM u " +
+		"WHERE e.aggregate_type = u.aggregate_type AND e.aggregate_id = u.aggregate_id AND e.seq = u.done_seq + 1 AND e.status = 4 " +
+		"RETURNING e.event_id, e.aggregate_type, e.aggregate_id) " +
+		"SELECT (SELECT count(*) FROM d), u.aggregate_type, u.aggregate_id, u.done_seq, u.last_seq, NULL " +
+		"FROM (VALUES (1)) AS one LEFT JOIN u ON true " +
+		"UNION ALL SELECT NULL, aggregate_type, aggregate_id, NULL, NULL, event_id FROM p")
 }

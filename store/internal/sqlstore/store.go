@@ -32,10 +32,14 @@ type Store struct {
 	leases leaseClock // ClaimUpdateThenSelect
 
 	// Ordered delivery (ordered.go).
-	ordering           core.Ordering // nil: nothing ordered
-	keyUpsert, keyRead string        // keyRead: NoReturning only
-	keyAdvance         string
-	promoteFree        string
+	ordering    core.Ordering // nil: nothing ordered
+	keyUpsert   string
+	keyGiveBack string // KeepsTx: see giveBack
+	keyAdvance  string
+	doneAdvance string // WritableCTE: see finishDoneCTE
+	readByIDs   string // WritableCTE: the rows of an array of ids
+	insertCTE1  string // WritableCTE: insertCTEText(1, 1), the common write
+	promoteFree string
 
 	locks *namedLockStmts // nil without NamedLock
 }
@@ -171,13 +175,18 @@ func (s *Store) Insert(ctx context.Context, db core.DBTX, envs []core.Envelope, 
 // Every envelope is validated before anything is written. Ordered envelopes
 // (see core.Ordering) first take their sequence numbers from their keys'
 // counter rows, one upsert per key in key order, which locks each key's row
-// until the transaction ends (see ordered.go). A batch too large for one
-// statement, or an ordered write where a failed statement leaves the
-// transaction usable, is written atomically: in a transaction of its own
-// when db is a pool, or under a savepoint when db is the caller's
-// transaction, so that a failure in a later statement (a duplicate id, say)
-// leaves none of the batch behind, no sequence number taken without its
-// event, and the caller's transaction usable.
+// until the transaction ends (see ordered.go); under WritableCTE, a write
+// that fits in one statement does both in that one (insertOrderedCTE).
+//
+// An ordered write is all-or-nothing, so that a failure in a later
+// statement (a duplicate id, say) leaves none of the batch behind, no
+// sequence number taken without its event, and the caller's transaction
+// usable: in one statement (WritableCTE); in a transaction of its own when
+// db is a pool; in the caller's transaction when a failed statement aborts
+// it (ErrorAbortsTx), or when the dialect can tell the errors after which
+// it stays open (KeepsTx) and the write gives its sequence numbers back
+// after those; else under a savepoint. A batch too large for one statement
+// is written the same way.
 func (s *Store) InsertOrdered(ctx context.Context, db core.DBTX, envs []core.Envelope, opts core.InsertOptions) (core.InsertResult, error) {
 	bytes := 0
 	for _, env := range envs {
@@ -191,9 +200,14 @@ func (s *Store) InsertOrdered(ctx context.Context, db core.DBTX, envs []core.Env
 		return core.InsertResult{}, err
 	}
 	fits := len(envs) <= s.maxInsertRows() && bytes <= maxInsertBytes
+	if fits && len(keys) > 0 && s.d.WritableCTE && 4*len(keys)+11*len(envs)+2 <= s.d.MaxParams {
+		return s.insertOrderedCTE(ctx, db, envs, keys, opts)
+	}
 	var res core.InsertResult
+	var taken []seqRange
 	write := func(tx core.DBTX) error {
-		plan, w, err := s.allocate(ctx, tx, envs, keys)
+		plan, w, t, err := s.allocate(ctx, tx, envs, keys)
+		taken = t
 		if err != nil {
 			return err
 		}
@@ -206,11 +220,11 @@ func (s *Store) InsertOrdered(ctx context.Context, db core.DBTX, envs []core.Env
 		}
 		return s.insert(ctx, tx, envs, plan, opts)
 	}
-	if fits && (len(keys) == 0 || s.d.ErrorAbortsTx) {
-		if _, isPool := db.(core.TxBeginner); !isPool || len(keys) == 0 {
-			err := write(db)
-			return res, err
+	if _, isPool := db.(core.TxBeginner); fits && (len(keys) == 0 || !isPool && (s.d.ErrorAbortsTx || s.d.KeepsTx != nil)) {
+		if err := write(db); err != nil {
+			return core.InsertResult{}, s.giveBack(ctx, db, taken, err)
 		}
+		return res, nil
 	}
 	if _, isPool := db.(core.TxBeginner); isPool {
 		err := inTxOpts(ctx, db, nil, write)
