@@ -133,3 +133,104 @@ func TestStatementCacheAcrossSchemaChangesScriptsAndCancel(t *testing.T) {
 		t.Fatalf("rows in a = %d (%v), want 1", n, err)
 	}
 }
+
+func TestStatementCacheQueries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	conn := openConn(t)
+	if _, err := conn.ExecContext(ctx, "CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	for k := 1; k <= 3; k++ {
+		if _, err := conn.ExecContext(ctx, "INSERT INTO t (k, v) VALUES (?, ?)", k, fmt.Sprint("v", k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const sel = "SELECT k, v FROM t WHERE k >= ? ORDER BY k"
+	read := func(from int) []string {
+		t.Helper()
+		rows, err := conn.QueryContext(ctx, sel, from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var k int
+			var v string
+			if err := rows.Scan(&k, &v); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprint(k, v))
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if got := fmt.Sprint(read(2)); got != "[2v2 3v3]" {
+		t.Fatalf("first query: %s", got)
+	}
+	var first *cachedStmt
+	cacheOf(t, conn, func(c *cachingConn) { first = c.stmts[sel].Value.(*cachedStmt) })
+	if got := fmt.Sprint(read(1)); got != "[1v1 2v2 3v3]" {
+		t.Fatalf("second query, other arguments: %s", got)
+	}
+	cacheOf(t, conn, func(c *cachingConn) {
+		if c.stmts[sel].Value.(*cachedStmt) != first || first.busy {
+			t.Errorf("the query was not reused from the cache, or stayed busy after its rows closed (busy %v)", first.busy)
+		}
+	})
+
+	// The same query inside the loop over its own rows runs uncached; both
+	// read everything.
+	rows, err := conn.QueryContext(ctx, sel, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outer []string
+	for rows.Next() {
+		var k int
+		var v string
+		if err := rows.Scan(&k, &v); err != nil {
+			t.Fatal(err)
+		}
+		outer = append(outer, fmt.Sprint(k, v, read(k)))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := "[1v1[1v1 2v2 3v3] 2v2[2v2 3v3] 3v3[3v3]]"
+	if got := fmt.Sprint(outer); got != want {
+		t.Fatalf("nested queries of one text:\n got %s\nwant %s", got, want)
+	}
+
+	// A busy statement pushed out of the cache is closed with its rows, and
+	// its text prepared again afterwards.
+	rows, err = conn.QueryContext(ctx, sel, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range stmtCacheSize + 1 {
+		if _, err := conn.ExecContext(ctx, fmt.Sprintf("UPDATE t SET v = v WHERE k = %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cacheOf(t, conn, func(c *cachingConn) {
+		if _, ok := c.stmts[sel]; ok || !first.evicted || !first.busy {
+			t.Errorf("busy query: cached %v, evicted %v, busy %v; want evicted while busy", ok, first.evicted, first.busy)
+		}
+	})
+	if !rows.Next() {
+		t.Fatalf("the evicted statement's open rows lost their row: %v", rows.Err())
+	}
+	if err := rows.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(read(3)); got != "[3v3]" {
+		t.Fatalf("query after its statement was evicted: %s", got)
+	}
+}
