@@ -31,9 +31,12 @@ type result struct {
 	StoreErrors int64 `json:"store_errors"`
 	// W2: delivery rate per reporting interval, and the process's peak RSS
 	// during the drain and its growth over the RSS at the start of it.
-	Rates        []float64 `json:"rates_per_interval,omitempty"`
-	PeakRSSMiB   float64   `json:"peak_rss_mib,omitempty"`
-	RSSGrowthMiB float64   `json:"rss_growth_mib,omitempty"`
+	Rates []float64 `json:"rates_per_interval,omitempty"`
+	// EndStart is the mean of the last three Rates over the mean of the
+	// first three (0 with fewer than six): how much a drain slowed.
+	EndStart     float64 `json:"end_over_start,omitempty"`
+	PeakRSSMiB   float64 `json:"peak_rss_mib,omitempty"`
+	RSSGrowthMiB float64 `json:"rss_growth_mib,omitempty"`
 	// Rounds is how many alternating rounds the run was split into, and
 	// RoundRates the events/s of each.
 	Rounds     int       `json:"rounds,omitempty"`
@@ -91,7 +94,11 @@ func kilos(rates []float64, width int) string {
 }
 
 func printW2(tg *target, c *config, rs []result) {
-	fmt.Printf("\nW2 backlog, %s: %d pending rows; ratio to the mean of the two raw claim-and-mark runs\n", tg.name, c.w2Events)
+	if c.noRaw {
+		fmt.Printf("\nW2 backlog, %s: %d pending rows; no raw baseline (-no-raw)\n", tg.name, c.w2Events)
+	} else {
+		fmt.Printf("\nW2 backlog, %s: %d pending rows; ratio to the mean of the two raw claim-and-mark runs\n", tg.name, c.w2Events)
+	}
 	fmt.Printf("| %-30s | %9s | %5s | %-34s | %4s | %-17s | %5s |\n", "run", "events/s", "ratio", fmt.Sprintf("events/s per %s", c.every), "dups", "peak RSS (growth)", "Go µs")
 	fmt.Printf("|%s|%s|%s|%s|%s|%s|%s|\n", dashes(32), dashes(11), dashes(7), dashes(36), dashes(6), dashes(19), dashes(7))
 	for _, r := range rs {
@@ -111,7 +118,26 @@ func printW2(tg *target, c *config, rs []result) {
 			fmt.Printf("  %s, events/s per %s: %s\n", r.Run, c.every, kilos(r.Rates, 1<<20))
 		}
 	}
+	for _, r := range rs {
+		if r.EndStart > 0 {
+			fmt.Printf("  %s: end/start %.2f (mean of the last three rates per %s over the first three)\n", r.Run, r.EndStart, c.every)
+		}
+	}
 	printStats(rs)
+}
+
+// endStart returns the mean of the last three rates over the mean of the
+// first three, or 0 with fewer than six.
+func endStart(rates []float64) float64 {
+	if len(rates) < 6 {
+		return 0
+	}
+	mean := func(xs []float64) float64 { return (xs[0] + xs[1] + xs[2]) / 3 }
+	start := mean(rates[:3])
+	if start == 0 {
+		return 0
+	}
+	return mean(rates[len(rates)-3:]) / start
 }
 
 // printStats prints the store-call summary of each run that has one.

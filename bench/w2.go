@@ -54,6 +54,14 @@ func copyBacklog(ctx context.Context, c *config, tmpl *table, kind string) (*tab
 			return nil, err
 		}
 	}
+	if c.noAutovacuum && tmpl.tg.name == "postgres" {
+		// Per table: the server is shared, its autovacuum setting is not ours.
+		q := fmt.Sprintf("ALTER TABLE %s SET (autovacuum_enabled = false)", t.st.Table())
+		if _, err := tmpl.db.ExecContext(ctx, q); err != nil {
+			t.drop(ctx)
+			return nil, err
+		}
+	}
 	q := "INSERT INTO " + t.st.Table() + " (" + copyColumns + ") SELECT " + copyColumns + " FROM " + tmpl.st.Table()
 	if _, err := tmpl.db.ExecContext(ctx, q); err != nil {
 		t.drop(ctx)
@@ -130,7 +138,7 @@ func w2Baseline(ctx context.Context, c *config, tmpl *table, n int) (result, err
 		return result{}, fmt.Errorf("raw loop marked %d rows DONE, want %d", got, n)
 	}
 	return result{Events: n, Seconds: elapsed.Seconds(), CPUSeconds: (cpuTime() - cpu0).Seconds(),
-		PerSec: float64(n) / elapsed.Seconds(), Rates: rates}, nil
+		PerSec: float64(n) / elapsed.Seconds(), Rates: rates, EndStart: endStart(rates)}, nil
 }
 
 // w2Outbox drains the backlog with instances dispatcher+poller instances.
@@ -185,7 +193,7 @@ func w2Outbox(ctx context.Context, c *config, tmpl *table, rec *recorder, instan
 	}
 	n := rec.n
 	return result{Run: run, Events: n, Seconds: elapsed.Seconds(), PerSec: float64(n) / elapsed.Seconds(),
-		Duplicates: rec.duplicates(), Rates: rates, StoreErrors: storeErrors, StoreStats: cs.String(), CPUSeconds: cpu.Seconds(),
+		Duplicates: rec.duplicates(), Rates: rates, EndStart: endStart(rates), StoreErrors: storeErrors, StoreStats: cs.String(), CPUSeconds: cpu.Seconds(),
 		PeakRSSMiB: float64(peak) / (1 << 20), RSSGrowthMiB: float64(peak-rssBefore) / (1 << 20)}, nil
 }
 
@@ -226,6 +234,14 @@ func runW2(ctx context.Context, c *config, tg *target, w2, w3 bool) ([]result, e
 		return nil
 	}
 	raw := func() (result, error) { return w2Baseline(ctx, c, tmpl, n) }
+	if c.noRaw {
+		// The long drain: only the outbox runs, each with its end/start.
+		if err := step("outbox, 1 instance", func() (result, error) { return w2Outbox(ctx, c, tmpl, rec, 1, &callStats{}) }); err != nil {
+			return nil, err
+		}
+		printW2(tg, c, rs)
+		return rs, nil
+	}
 	if err := step("raw claim+mark (before)", raw); err != nil {
 		return nil, err
 	}
