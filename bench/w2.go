@@ -54,26 +54,41 @@ func copyBacklog(ctx context.Context, c *config, tmpl *table, kind string) (*tab
 			return nil, err
 		}
 	}
-	if c.noAutovacuum && tmpl.tg.name == "postgres" {
-		// Per table: the server is shared, its autovacuum setting is not ours.
-		q := fmt.Sprintf("ALTER TABLE %s SET (autovacuum_enabled = false)", t.st.Table())
-		if _, err := tmpl.db.ExecContext(ctx, q); err != nil {
-			t.drop(ctx)
-			return nil, err
-		}
+	if err := noAutovacuum(ctx, c, t); err != nil {
+		t.drop(ctx)
+		return nil, err
 	}
 	q := "INSERT INTO " + t.st.Table() + " (" + copyColumns + ") SELECT " + copyColumns + " FROM " + tmpl.st.Table()
 	if _, err := tmpl.db.ExecContext(ctx, q); err != nil {
 		t.drop(ctx)
 		return nil, fmt.Errorf("copy backlog: %w", err)
 	}
-	if tmpl.tg.analyze != "" {
-		if _, err := tmpl.db.ExecContext(ctx, fmt.Sprintf(tmpl.tg.analyze, t.st.Table())); err != nil {
-			t.drop(ctx)
-			return nil, fmt.Errorf("analyze: %w", err)
-		}
+	if err := analyze(ctx, t); err != nil {
+		t.drop(ctx)
+		return nil, err
 	}
 	return t, nil
+}
+
+// noAutovacuum turns autovacuum off for t on PostgreSQL with
+// -no-autovacuum: per table, as the server is shared.
+func noAutovacuum(ctx context.Context, c *config, t *table) error {
+	if !c.noAutovacuum || t.tg.name != "postgres" {
+		return nil
+	}
+	_, err := t.db.ExecContext(ctx, fmt.Sprintf("ALTER TABLE %s SET (autovacuum_enabled = false)", t.st.Table()))
+	return err
+}
+
+// analyze refreshes the planner statistics of t.
+func analyze(ctx context.Context, t *table) error {
+	if t.tg.analyze == "" {
+		return nil
+	}
+	if _, err := t.db.ExecContext(ctx, fmt.Sprintf(t.tg.analyze, t.st.Table())); err != nil {
+		return fmt.Errorf("analyze: %w", err)
+	}
+	return nil
 }
 
 // w2Baseline drains the backlog with one raw loop: claim c.rawBatch rows with
@@ -142,12 +157,16 @@ func w2Baseline(ctx context.Context, c *config, tmpl *table, n int) (result, err
 }
 
 // w2Outbox drains the backlog with instances dispatcher+poller instances.
+// With -no-raw it drains tmpl itself: the long drain makes no copy.
 func w2Outbox(ctx context.Context, c *config, tmpl *table, rec *recorder, instances int, cs *callStats) (result, error) {
-	t, err := copyBacklog(ctx, c, tmpl, "w2")
-	if err != nil {
-		return result{}, err
+	t := tmpl
+	if !c.noRaw {
+		var err error
+		if t, err = copyBacklog(ctx, c, tmpl, "w2"); err != nil {
+			return result{}, err
+		}
+		defer t.drop(ctx)
 	}
-	defer t.drop(ctx)
 	rec.reset()
 	resetPeakRSS()
 	rssBefore := peakRSS()
@@ -214,8 +233,18 @@ func runW2(ctx context.Context, c *config, tg *target, w2, w3 bool) ([]result, e
 		return nil, err
 	}
 	defer tmpl.drop(ctx)
+	if c.noRaw {
+		if err := noAutovacuum(ctx, c, tmpl); err != nil {
+			return nil, err
+		}
+	}
 	if err := fillBacklog(ctx, tmpl, c.w2Events); err != nil {
 		return nil, err
+	}
+	if c.noRaw {
+		if err := analyze(ctx, tmpl); err != nil {
+			return nil, err
+		}
 	}
 	n := c.w2Events
 	rec := newNumberedRecorder(n)
