@@ -32,8 +32,7 @@ type result struct {
 	// W2: delivery rate per reporting interval, and the process's peak RSS
 	// during the drain and its growth over the RSS at the start of it.
 	Rates []float64 `json:"rates_per_interval,omitempty"`
-	// EndStart is the mean of the last three Rates over the mean of the
-	// first three (0 with fewer than six): how much a drain slowed.
+	// EndStart is how much a drain slowed: see endStart.
 	EndStart     float64 `json:"end_over_start,omitempty"`
 	PeakRSSMiB   float64 `json:"peak_rss_mib,omitempty"`
 	RSSGrowthMiB float64 `json:"rss_growth_mib,omitempty"`
@@ -120,24 +119,40 @@ func printW2(tg *target, c *config, rs []result) {
 	}
 	for _, r := range rs {
 		if r.EndStart > 0 {
-			fmt.Printf("  %s: end/start %.2f (mean of the last three rates per %s over the first three)\n", r.Run, r.EndStart, c.every)
+			fmt.Printf("  %s: end/start %.2f (mean rate of the last tenth of the %s intervals over the first tenth, at least three each)\n", r.Run, r.EndStart, c.every)
 		}
 	}
 	printStats(rs)
 }
 
-// endStart returns the mean of the last three rates over the mean of the
-// first three, or 0 with fewer than six.
+// endStart returns how much a drain slowed: the mean rate of the last tenth
+// of its intervals (at least three) over that of the first tenth, leaving
+// out the interval in which the drain ended and any after it (no events, the
+// final check that no row is pending). It returns 0 with fewer than six
+// intervals.
 func endStart(rates []float64) float64 {
+	for len(rates) > 0 && rates[len(rates)-1] == 0 {
+		rates = rates[:len(rates)-1]
+	}
+	if len(rates) > 0 {
+		rates = rates[:len(rates)-1]
+	}
 	if len(rates) < 6 {
 		return 0
 	}
-	mean := func(xs []float64) float64 { return (xs[0] + xs[1] + xs[2]) / 3 }
-	start := mean(rates[:3])
+	k := max(3, len(rates)/10)
+	mean := func(xs []float64) float64 {
+		var sum float64
+		for _, x := range xs {
+			sum += x
+		}
+		return sum / float64(len(xs))
+	}
+	start := mean(rates[:k])
 	if start == 0 {
 		return 0
 	}
-	return mean(rates[len(rates)-3:]) / start
+	return mean(rates[len(rates)-k:]) / start
 }
 
 // printStats prints the store-call summary of each run that has one.
