@@ -14,35 +14,39 @@ const headScanShare = 20
 
 // cursor decides where each claim starts and how many rows it asks for.
 //
-// While claims come back full (a backlog), each next claim starts at the
-// created_at of the last row the previous one took (core.ClaimParams.From)
-// and asks for twice as many rows, up to MaxBatchSize. Starting there, the
-// claim does not step over the rows delivered or held since, which would
-// make every claim slower as a drain goes on (PostgreSQL keeps the dead
-// index entries of delivered rows at the head of the pending index until
-// VACUUM). A claim that comes back short ends the backlog: the next one
-// starts from the oldest pending row again, with BatchSize.
+// A claim starts at the created_at of the newest row the claims before it
+// took (core.ClaimParams.From), not at the oldest pending row: it does not
+// step again over the rows delivered or held since, which would make every
+// claim slower as a drain goes on (PostgreSQL keeps the dead index entries of
+// delivered rows at the head of the pending index until VACUUM). While
+// claims come back full (a backlog), each next one asks for twice as many
+// rows, up to MaxBatchSize; a claim that comes back short returns to
+// BatchSize.
 //
 // Rows can become claimable behind the cursor: a retry falling due, a
 // released lease, an expired lease of a crashed instance, a row whose
 // transaction committed after younger rows were claimed, or one stamped by a
-// slower clock. None is skipped: the next claim that comes back short
-// starts from the oldest row, and so does, during a backlog, the first claim
-// after a wake-up request for a time that has come (the dispatcher asks for
-// one for each retry and release), and any claim once Interval has passed
-// since the last one from the oldest row; the latter two at most as often as
-// headScanShare allows. During a backlog that lasts, such a row therefore
-// waits at most about max(Interval, headScanShare times the cost of a claim
-// from the oldest row).
+// slower clock. None is skipped: a claim from the oldest row (a head claim)
+// is due after a claim that came back short or released rows, after a
+// wake-up request for a time that has come (the dispatcher asks for one for
+// each retry and release), and once Interval has passed since the last head
+// claim. A due head claim runs as soon as the last one, which took d, is
+// (headScanShare-1)·d old, so that head claims take at most about a
+// twentieth of the claiming time, however many dead entries they step over.
+// Where that is cheap (a vacuumed table: d is a millisecond or two) every
+// due head claim runs at once, and a row behind the cursor waits no longer
+// than without one; after a long drain without VACUUM, it waits up to
+// max(Interval, headScanShare·d).
 type cursor struct {
 	min, max int           // BatchSize, MaxBatchSize
 	interval time.Duration // Interval
 
 	mu       sync.Mutex
-	from     time.Time // where the next claim starts; zero: the oldest row
+	from     time.Time // where claims start; zero: no claim took a row yet
 	size     int       // rows the next claim asks for
+	headDue  bool      // a claim came back short or released rows
 	rewinds  wakeups   // times at which rows become claimable behind from
-	headAt   time.Time // when the last claim from the oldest row started
+	headAt   time.Time // when the last head claim started
 	headCost time.Duration
 }
 
@@ -66,37 +70,51 @@ func (c *cursor) next(now time.Time) (from time.Time, size int) {
 		return time.Time{}, c.size
 	}
 	since := now.Sub(c.headAt)
-	if since >= time.Duration(headScanShare-1)*c.headCost {
-		if since >= c.interval {
-			return time.Time{}, c.size
-		}
-		if t, ok := c.rewinds.first(); ok && !t.After(now) {
-			return time.Time{}, c.size
-		}
+	if since < time.Duration(headScanShare-1)*c.headCost {
+		return c.from, c.size
+	}
+	if c.headDue || since >= c.interval {
+		return time.Time{}, c.size
+	}
+	if t, ok := c.rewinds.first(); ok && !t.After(now) {
+		return time.Time{}, c.size
 	}
 	return c.from, c.size
 }
 
 // done records the outcome of a claim that started at now from from: the
-// created_at of the last row it took (zero if none), and how long it took.
+// created_at of the newest row it took (zero if none), and how long it took.
 // full: it came back with as many rows as it asked for. held: the poller
 // holds every row it took (none was released).
 func (c *cursor) done(now, from time.Time, full, held bool, last time.Time, took time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if from.IsZero() {
-		c.headAt, c.headCost = now, took
+		c.headAt, c.headCost, c.headDue = now, took, false
 		c.rewinds.removeThrough(now)
 	}
+	if !held {
+		// Released rows lie behind the cursor.
+		c.headDue = true
+	}
 	switch {
-	case full && held && !last.IsZero():
+	case last.IsZero() || !held:
+	case full:
+		// Rows beyond last are unseen: start there.
 		c.from = last
+	case last.After(c.from):
+		// A short claim took every row it could: none is claimable
+		// between the cursor and last, nor, for a head claim, behind.
+		c.from = last
+	}
+	switch {
+	case full && held:
 		c.size = min(c.size*2, c.max)
-	case full && !last.IsZero():
-		// Rows were released behind: start from the oldest row again.
-		c.from = time.Time{}
+	case full:
 	default:
-		c.from = time.Time{}
+		// Short or failed: the backlog ahead of the cursor is gone, or
+		// the database is in trouble; rows may be waiting behind it.
 		c.size = c.min
+		c.headDue = true
 	}
 }

@@ -63,6 +63,14 @@ func TestCursor(t *testing.T) {
 			{at: 6 * time.Second, wantFrom: 1, wantSize: 200, full: true, held: true, last: 2, took: ms},
 			{at: 19 * time.Second, wantHead: true, wantSize: 400},
 		}},
+		{"after a short claim, claims go on from the cursor until a costly head claim's share allows one", []step{
+			{at: 0, wantHead: true, wantSize: 100, full: true, held: true, last: 1, took: 100 * ms},
+			{at: 200 * ms, wantFrom: 1, wantSize: 200, full: false, held: true, last: 2, took: ms},
+			{at: time.Second, wantFrom: 2, wantSize: 100, full: false, held: true, took: ms},
+			{at: 2 * time.Second, wantHead: true, wantSize: 100, full: false, held: true, last: 1, took: 100 * ms},
+			// A short head claim leaves the cursor where it was.
+			{at: 2100 * ms, wantFrom: 2, wantSize: 100},
+		}},
 		{"a failed claim ends the backlog", []step{
 			{at: 0, wantHead: true, wantSize: 100, full: true, held: true, last: 1, took: ms},
 			{at: 10 * ms, wantFrom: 1, wantSize: 200, took: ms},
