@@ -118,7 +118,7 @@ func main() {
 	flag.IntVar(&c.hotQueue, "hot-queue", dispatch.DefaultHotQueueSize, "dispatcher hot queue size")
 	flag.IntVar(&c.coldQueue, "cold-queue", dispatch.DefaultColdQueueSize, "dispatcher cold queue size")
 	flag.IntVar(&c.pollBatch, "poll-batch", 0, "poller BatchSize, the claim size without a backlog (0: the default, 100)")
-	flag.IntVar(&c.pollMaxBatch, "poll-max-batch", 0, "poller MaxBatchSize, the cap of claims that grow with a backlog (0: the default, 1000 without -poll-batch, else -poll-batch)")
+	flag.IntVar(&c.pollMaxBatch, "poll-max-batch", 0, "poller MaxBatchSize, the cap of claims that grow with a backlog (0: the default, 500 without -poll-batch, else -poll-batch)")
 	flag.DurationVar(&c.pollInterval, "poll-interval", poller.DefaultInterval, "poller interval")
 	flag.DurationVar(&c.busyInterval, "busy-interval", poller.DefaultBusyInterval, "poller BusyInterval (adaptive poll; = -poll-interval turns it off)")
 	flag.BoolVar(&c.noWake, "no-wake", false, "writers send no NOTIFY (WriterConfig.NoNotify) and pollers do not LISTEN (poller NoWatch)")
