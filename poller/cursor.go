@@ -12,6 +12,10 @@ import (
 // entry the drain has left (until VACUUM), so its cost grows with the drain.
 const headScanShare = 20
 
+// maxHeadGap caps the wait for a due claim from the oldest row, however long
+// the last one took (a claim that ran into an outage, say).
+const maxHeadGap = time.Minute
+
 // cursor decides where each claim starts and how many rows it asks for.
 //
 // A claim starts at the created_at of the newest row the claims before it
@@ -31,12 +35,13 @@ const headScanShare = 20
 // wake-up request for a time that has come (the dispatcher asks for one for
 // each retry and release), and once Interval has passed since the last head
 // claim. A due head claim runs as soon as the last one, which took d, is
-// (headScanShare-1)·d old, so that head claims take at most about a
-// twentieth of the claiming time, however many dead entries they step over.
+// (headScanShare-1)·d old (at most maxHeadGap), so that head claims take at
+// most about a twentieth of the claiming time, however many dead entries
+// they step over.
 // Where that is cheap (a vacuumed table: d is a millisecond or two) every
 // due head claim runs at once, and a row behind the cursor waits no longer
 // than without one; after a long drain without VACUUM, it waits up to
-// max(Interval, headScanShare·d).
+// max(Interval, min(headScanShare·d, maxHeadGap)).
 type cursor struct {
 	min, max int           // BatchSize, MaxBatchSize
 	interval time.Duration // Interval
@@ -70,7 +75,7 @@ func (c *cursor) next(now time.Time) (from time.Time, size int) {
 		return time.Time{}, c.size
 	}
 	since := now.Sub(c.headAt)
-	if since < time.Duration(headScanShare-1)*c.headCost {
+	if since < min(time.Duration(headScanShare-1)*c.headCost, maxHeadGap) {
 		return c.from, c.size
 	}
 	if c.headDue || since >= c.interval {
@@ -80,6 +85,17 @@ func (c *cursor) next(now time.Time) (from time.Time, size int) {
 		return time.Time{}, c.size
 	}
 	return c.from, c.size
+}
+
+// failed records a claim that returned an error: the rows it may have
+// leased are not known, and the database may be in trouble; the next claims
+// start at BatchSize, and one from the oldest row is due. The cost of a
+// failed claim says nothing about the next one's, so it is not recorded.
+func (c *cursor) failed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.size = c.min
+	c.headDue = true
 }
 
 // done records the outcome of a claim that started at now from from: the
@@ -112,8 +128,8 @@ func (c *cursor) done(now, from time.Time, full, held bool, last time.Time, took
 		c.size = min(c.size*2, c.max)
 	case full:
 	default:
-		// Short or failed: the backlog ahead of the cursor is gone, or
-		// the database is in trouble; rows may be waiting behind it.
+		// Short: the backlog ahead of the cursor is gone; rows may be
+		// waiting behind it.
 		c.size = c.min
 		c.headDue = true
 	}

@@ -22,6 +22,7 @@ func TestCursor(t *testing.T) {
 		last       int
 		took       time.Duration
 		rewind     time.Duration // if not zero: a wake-up request for t0+rewind, before the claim
+		failed     bool          // the claim returns an error
 	}
 	ms := time.Millisecond
 	tests := []struct {
@@ -71,10 +72,16 @@ func TestCursor(t *testing.T) {
 			// A short head claim leaves the cursor where it was.
 			{at: 2100 * ms, wantFrom: 2, wantSize: 100},
 		}},
-		{"a failed claim ends the backlog", []step{
+		{"a failed claim ends the backlog; its duration is not a head claim's cost", []step{
 			{at: 0, wantHead: true, wantSize: 100, full: true, held: true, last: 1, took: ms},
-			{at: 10 * ms, wantFrom: 1, wantSize: 200, took: ms},
-			{at: 20 * ms, wantHead: true, wantSize: 100},
+			{at: 10 * ms, wantFrom: 1, wantSize: 200, failed: true},
+			{at: 20 * ms, wantHead: true, wantSize: 100, failed: true},
+			{at: 40 * ms, wantHead: true, wantSize: 100},
+		}},
+		{"a head claim that took very long delays the next one by maxHeadGap at most", []step{
+			{at: 0, wantHead: true, wantSize: 100, full: true, held: true, last: 1, took: 30 * time.Second},
+			{at: 59 * time.Second, wantFrom: 1, wantSize: 200, full: false, held: true, last: 2, took: ms},
+			{at: time.Minute, wantHead: true, wantSize: 100},
 		}},
 	}
 	for _, tt := range tests {
@@ -93,6 +100,10 @@ func TestCursor(t *testing.T) {
 				}
 				if !from.Equal(want) || size != s.wantSize {
 					t.Fatalf("step %d: claim from %v size %d, want from %v size %d", i, from, size, want, s.wantSize)
+				}
+				if s.failed {
+					c.failed()
+					continue
 				}
 				var last time.Time
 				if s.last != 0 {

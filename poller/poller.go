@@ -153,8 +153,8 @@ func (p *Poller) WakeAt(t time.Time) {
 
 // PollOnce runs one cycle: it claims up to min(the claim size, the
 // handler's capacity) due events (the claim size is BatchSize, or more while
-// a backlog drains: see Config.BatchSize), marks undecodable ones DEAD, hands the rest to the
-// handler and releases those it refuses. It returns how many events the
+// a backlog drains: see Config.BatchSize), marks undecodable ones DEAD,
+// hands the rest to the handler and releases those it refuses. It returns how many events the
 // handler took. It returns core.ErrClosed after Close; a failed claim returns
 // an error and changes nothing.
 func (p *Poller) PollOnce(ctx context.Context) (int, error) {
@@ -206,7 +206,7 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 	}
 	if err != nil {
 		p.cfg.Metrics.StoreError()
-		p.cursor.done(now, from, false, false, time.Time{}, took)
+		p.cursor.failed()
 		return c, fmt.Errorf("claim events: %w", err)
 	}
 
