@@ -144,6 +144,15 @@ soak: ## Soak: SOAK_EVENTS (10,000,000) events through W1 then W2 on PostgreSQL 
 	OUTBOX_MYSQL_DSN=$${OUTBOX_MYSQL_DSN-root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC} \
 	$(GO) run ./bench -w soak -db postgres,mysql -soak-events $${SOAK_EVENTS-10000000} -timeout 6h $(SOAKFLAGS)
 
+DRAIN_EVENTS ?= 10000000
+DRAIN_FLAGS  ?=
+
+.PHONY: bench-drain
+bench-drain: ## The long drain: DRAIN_EVENTS (10,000,000) pending rows drained by one instance on PostgreSQL (autovacuum off for the table) and MariaDB, the rate every 5 s and end/start; hours at the default size
+	OUTBOX_POSTGRES_DSN=$${OUTBOX_POSTGRES_DSN-postgres://postgres@127.0.0.1:5432/test?sslmode=disable} \
+	OUTBOX_MYSQL_DSN=$${OUTBOX_MYSQL_DSN-root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC} \
+	$(GO) run ./bench -db postgres,mysql -w w2 -no-raw -no-autovacuum -w2-events $(DRAIN_EVENTS) -timeout 180m $(DRAIN_FLAGS)
+
 .PHONY: bench-broker
 bench-broker: ## Benchmark "outbox to broker": backlog drain into JetStream and RabbitMQ vs a raw async publish loop, commit-to-ack latency (BROKERBENCHFLAGS=-h lists the flags)
 	OUTBOX_NATS_URL=$${OUTBOX_NATS_URL-nats://127.0.0.1:4222} \

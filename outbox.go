@@ -373,7 +373,7 @@ func dispatchSet(c dispatch.Config) bool {
 // pollerSet is dispatchSet for the poller's configuration.
 func pollerSet(c poller.Config) bool {
 	return c.Store != nil || c.DB != nil || c.Handler != nil || c.Owner != "" ||
-		c.LeaseTimeout != 0 || c.SkipRecent != 0 || c.BatchSize != 0 || c.Interval != 0 ||
+		c.LeaseTimeout != 0 || c.SkipRecent != 0 || c.BatchSize != 0 || c.MaxBatchSize != 0 || c.Interval != 0 ||
 		c.BusyInterval != 0 || c.BusyFor != 0 || c.NoWatch ||
 		c.ClaimTimeout != 0 || c.Metrics != nil || config.HasWriter(c.Logger) || c.Slog != nil || c.Now != nil
 }

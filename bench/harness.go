@@ -249,7 +249,7 @@ func startInstance(ctx context.Context, cfg *config, st store.SchemaManager, db 
 		return nil, err
 	}
 	p, err := poller.New(poller.Config{Store: st, DB: db, Handler: d, Metrics: in.m, Logger: quiet,
-		BatchSize: cfg.pollBatch, Interval: cfg.pollInterval, BusyInterval: cfg.busyInterval, NoWatch: cfg.noWake})
+		BatchSize: cfg.pollBatch, MaxBatchSize: cfg.pollMaxBatch, Interval: cfg.pollInterval, BusyInterval: cfg.busyInterval, NoWatch: cfg.noWake})
 	if err != nil {
 		return nil, err
 	}

@@ -71,6 +71,7 @@ type config struct {
 	hotQueue       int
 	coldQueue      int
 	pollBatch      int
+	pollMaxBatch   int
 	pollInterval   time.Duration
 	doneBatch      int
 	doneLinger     time.Duration
@@ -83,6 +84,8 @@ type config struct {
 	jsonOut        string
 	cpuProfile     string
 	fillfactor     int
+	noAutovacuum   bool
+	noRaw          bool
 	vacuumEvery    time.Duration
 	busyInterval   time.Duration
 	noWake         bool
@@ -128,7 +131,8 @@ func main() {
 	flag.IntVar(&c.workers, "workers", dispatch.DefaultWorkers, "dispatcher workers")
 	flag.IntVar(&c.hotQueue, "hot-queue", dispatch.DefaultHotQueueSize, "dispatcher hot queue size")
 	flag.IntVar(&c.coldQueue, "cold-queue", dispatch.DefaultColdQueueSize, "dispatcher cold queue size")
-	flag.IntVar(&c.pollBatch, "poll-batch", poller.DefaultBatchSize, "poller claim batch size")
+	flag.IntVar(&c.pollBatch, "poll-batch", 0, "poller BatchSize, the claim size without a backlog (0: the default, 100)")
+	flag.IntVar(&c.pollMaxBatch, "poll-max-batch", 0, "poller MaxBatchSize, the cap of claims that grow with a backlog (0: the default, 500 without -poll-batch, else -poll-batch)")
 	flag.DurationVar(&c.pollInterval, "poll-interval", poller.DefaultInterval, "poller interval")
 	flag.DurationVar(&c.busyInterval, "busy-interval", poller.DefaultBusyInterval, "poller BusyInterval (adaptive poll; = -poll-interval turns it off)")
 	flag.BoolVar(&c.noWake, "no-wake", false, "writers send no NOTIFY (WriterConfig.NoNotify) and pollers do not LISTEN (poller NoWatch)")
@@ -146,6 +150,8 @@ func main() {
 	flag.DurationVar(&c.every, "every", 5*time.Second, "W2: drain rate reporting interval")
 	flag.DurationVar(&c.timeout, "timeout", 5*time.Minute, "give up on a run after this long")
 	flag.StringVar(&c.jsonOut, "json", "", "also write the results as JSON to this file")
+	flag.BoolVar(&c.noAutovacuum, "no-autovacuum", false, "W2 on PostgreSQL: turn autovacuum off for the drained tables (ALTER TABLE ... SET (autovacuum_enabled = false))")
+	flag.BoolVar(&c.noRaw, "no-raw", false, "W2: drain with one outbox instance only, no raw baseline (the long drain: see make bench-drain)")
 	flag.IntVar(&c.fillfactor, "fillfactor", 0, "W2 on PostgreSQL: the outbox tables' fillfactor (0: the server default, 100)")
 	flag.DurationVar(&c.vacuumEvery, "vacuum-every", 0, "W2 on PostgreSQL: VACUUM the outbox table this often during a drain (0: never; autovacuum as configured)")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")

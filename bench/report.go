@@ -33,9 +33,11 @@ type result struct {
 	// during the drain and its growth over the RSS at the start of it.
 	Rates []float64 `json:"rates_per_interval,omitempty"`
 	// Soak: the windows of a soak run (-w soak).
-	Soak         []soakWindow `json:"soak_windows,omitempty"`
-	PeakRSSMiB   float64      `json:"peak_rss_mib,omitempty"`
-	RSSGrowthMiB float64      `json:"rss_growth_mib,omitempty"`
+	Soak []soakWindow `json:"soak_windows,omitempty"`
+	// EndStart is how much a drain slowed: see endStart.
+	EndStart     float64 `json:"end_over_start,omitempty"`
+	PeakRSSMiB   float64 `json:"peak_rss_mib,omitempty"`
+	RSSGrowthMiB float64 `json:"rss_growth_mib,omitempty"`
 	// Rounds is how many alternating rounds the run was split into, and
 	// RoundRates the events/s of each.
 	Rounds     int       `json:"rounds,omitempty"`
@@ -112,7 +114,11 @@ func kilos(rates []float64, width int) string {
 }
 
 func printW2(tg *target, c *config, rs []result) {
-	fmt.Printf("\nW2 backlog, %s: %d pending rows; ratio to the mean of the two raw claim-and-mark runs\n", tg.name, c.w2Events)
+	if c.noRaw {
+		fmt.Printf("\nW2 backlog, %s: %d pending rows; no raw baseline (-no-raw)\n", tg.name, c.w2Events)
+	} else {
+		fmt.Printf("\nW2 backlog, %s: %d pending rows; ratio to the mean of the two raw claim-and-mark runs\n", tg.name, c.w2Events)
+	}
 	fmt.Printf("| %-30s | %9s | %5s | %-34s | %4s | %-17s | %5s |\n", "run", "events/s", "ratio", fmt.Sprintf("events/s per %s", c.every), "dups", "peak RSS (growth)", "Go µs")
 	fmt.Printf("|%s|%s|%s|%s|%s|%s|%s|\n", dashes(32), dashes(11), dashes(7), dashes(36), dashes(6), dashes(19), dashes(7))
 	for _, r := range rs {
@@ -132,7 +138,42 @@ func printW2(tg *target, c *config, rs []result) {
 			fmt.Printf("  %s, events/s per %s: %s\n", r.Run, c.every, kilos(r.Rates, 1<<20))
 		}
 	}
+	for _, r := range rs {
+		if r.EndStart > 0 {
+			fmt.Printf("  %s: end/start %.2f (mean rate of the last tenth of the %s intervals over the first tenth, at least three each)\n", r.Run, r.EndStart, c.every)
+		}
+	}
 	printStats(rs)
+}
+
+// endStart returns how much a drain slowed: the mean rate of the last tenth
+// of its intervals (at least three) over that of the first tenth, leaving
+// out the interval in which the drain ended and any after it (no events, the
+// final check that no row is pending). It returns 0 with fewer than six
+// intervals.
+func endStart(rates []float64) float64 {
+	for len(rates) > 0 && rates[len(rates)-1] == 0 {
+		rates = rates[:len(rates)-1]
+	}
+	if len(rates) > 0 {
+		rates = rates[:len(rates)-1]
+	}
+	if len(rates) < 6 {
+		return 0
+	}
+	k := max(3, len(rates)/10)
+	mean := func(xs []float64) float64 {
+		var sum float64
+		for _, x := range xs {
+			sum += x
+		}
+		return sum / float64(len(xs))
+	}
+	start := mean(rates[:k])
+	if start == 0 {
+		return 0
+	}
+	return mean(rates[len(rates)-k:]) / start
 }
 
 // printStats prints the store-call summary of each run that has one.

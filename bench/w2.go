@@ -54,18 +54,41 @@ func copyBacklog(ctx context.Context, c *config, tmpl *table, kind string) (*tab
 			return nil, err
 		}
 	}
+	if err := noAutovacuum(ctx, c, t); err != nil {
+		t.drop(ctx)
+		return nil, err
+	}
 	q := "INSERT INTO " + t.st.Table() + " (" + copyColumns + ") SELECT " + copyColumns + " FROM " + tmpl.st.Table()
 	if _, err := tmpl.db.ExecContext(ctx, q); err != nil {
 		t.drop(ctx)
 		return nil, fmt.Errorf("copy backlog: %w", err)
 	}
-	if tmpl.tg.analyze != "" {
-		if _, err := tmpl.db.ExecContext(ctx, fmt.Sprintf(tmpl.tg.analyze, t.st.Table())); err != nil {
-			t.drop(ctx)
-			return nil, fmt.Errorf("analyze: %w", err)
-		}
+	if err := analyze(ctx, t); err != nil {
+		t.drop(ctx)
+		return nil, err
 	}
 	return t, nil
+}
+
+// noAutovacuum turns autovacuum off for t on PostgreSQL with
+// -no-autovacuum: per table, as the server is shared.
+func noAutovacuum(ctx context.Context, c *config, t *table) error {
+	if !c.noAutovacuum || t.tg.name != "postgres" {
+		return nil
+	}
+	_, err := t.db.ExecContext(ctx, fmt.Sprintf("ALTER TABLE %s SET (autovacuum_enabled = false)", t.st.Table()))
+	return err
+}
+
+// analyze refreshes the planner statistics of t.
+func analyze(ctx context.Context, t *table) error {
+	if t.tg.analyze == "" {
+		return nil
+	}
+	if _, err := t.db.ExecContext(ctx, fmt.Sprintf(t.tg.analyze, t.st.Table())); err != nil {
+		return fmt.Errorf("analyze: %w", err)
+	}
+	return nil
 }
 
 // w2Baseline drains the backlog with one raw loop: claim c.rawBatch rows with
@@ -130,17 +153,21 @@ func w2Baseline(ctx context.Context, c *config, tmpl *table, n int) (result, err
 		return result{}, fmt.Errorf("raw loop marked %d rows DONE, want %d", got, n)
 	}
 	return result{Events: n, Seconds: elapsed.Seconds(), CPUSeconds: (cpuTime() - cpu0).Seconds(),
-		PerSec: float64(n) / elapsed.Seconds(), Rates: rates}, nil
+		PerSec: float64(n) / elapsed.Seconds(), Rates: rates, EndStart: endStart(rates)}, nil
 }
 
 // w2Outbox drains the backlog with instances dispatcher+poller instances,
-// on pgx with onPgx (see openInstance).
+// on pgx with onPgx (see openInstance). With -no-raw it drains tmpl itself:
+// the long drain makes no copy.
 func w2Outbox(ctx context.Context, c *config, tmpl *table, rec *recorder, instances int, onPgx bool, cs *callStats) (result, error) {
-	t, err := copyBacklog(ctx, c, tmpl, "w2")
-	if err != nil {
-		return result{}, err
+	t := tmpl
+	if !c.noRaw {
+		var err error
+		if t, err = copyBacklog(ctx, c, tmpl, "w2"); err != nil {
+			return result{}, err
+		}
+		defer t.drop(ctx)
 	}
-	defer t.drop(ctx)
 	rec.reset()
 	resetPeakRSS()
 	rssBefore := peakRSS()
@@ -184,7 +211,7 @@ func w2Outbox(ctx context.Context, c *config, tmpl *table, rec *recorder, instan
 	}
 	n := rec.n
 	return result{Run: run, Events: n, Seconds: elapsed.Seconds(), PerSec: float64(n) / elapsed.Seconds(),
-		Duplicates: rec.duplicates(), Rates: rates, StoreErrors: storeErrors, StoreStats: cs.String(), CPUSeconds: cpu.Seconds(),
+		Duplicates: rec.duplicates(), Rates: rates, EndStart: endStart(rates), StoreErrors: storeErrors, StoreStats: cs.String(), CPUSeconds: cpu.Seconds(),
 		PeakRSSMiB: float64(peak) / (1 << 20), RSSGrowthMiB: float64(peak-rssBefore) / (1 << 20)}, nil
 }
 
@@ -205,8 +232,18 @@ func runW2(ctx context.Context, c *config, tg *target, w2, w3 bool) ([]result, e
 		return nil, err
 	}
 	defer tmpl.drop(ctx)
+	if c.noRaw {
+		if err := noAutovacuum(ctx, c, tmpl); err != nil {
+			return nil, err
+		}
+	}
 	if err := fillBacklog(ctx, tmpl, c.w2Events); err != nil {
 		return nil, err
+	}
+	if c.noRaw {
+		if err := analyze(ctx, tmpl); err != nil {
+			return nil, err
+		}
 	}
 	n := c.w2Events
 	rec := newNumberedRecorder(n)
@@ -225,6 +262,14 @@ func runW2(ctx context.Context, c *config, tg *target, w2, w3 bool) ([]result, e
 		return nil
 	}
 	raw := func() (result, error) { return w2Baseline(ctx, c, tmpl, n) }
+	if c.noRaw {
+		// The long drain: only the outbox runs, each with its end/start.
+		if err := step("outbox, 1 instance", func() (result, error) { return w2Outbox(ctx, c, tmpl, rec, 1, false, &callStats{}) }); err != nil {
+			return nil, err
+		}
+		printW2(tg, c, rs)
+		return rs, nil
+	}
 	if err := step("raw claim+mark (before)", raw); err != nil {
 		return nil, err
 	}

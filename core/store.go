@@ -42,6 +42,17 @@ type ClaimParams struct {
 	// SkipRecent leaves rows created within this duration before Now alone.
 	SkipRecent time.Duration
 	Limit      int // at most this many rows; required (> 0)
+	// From, when not zero, leaves out rows created before it: the claim
+	// starts its walk of the pending rows at From instead of at the oldest
+	// one. A poller draining a backlog passes the created_at of the last row
+	// its previous claim took, so that the claim does not step again over
+	// the rows delivered since (on PostgreSQL their dead index entries stay
+	// at the head of the pending index until VACUUM) nor over the rows it
+	// holds. Rows left behind From (retries, released or expired leases,
+	// late commits) are found by the next claim without From; the caller
+	// must make one often enough. A store may ignore From: claiming from the
+	// oldest row is always correct.
+	From time.Time
 }
 
 // RowError is a stored row that could not be decoded into an Event.

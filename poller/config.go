@@ -17,6 +17,12 @@ const (
 	// when the Handler does not tell its own lease timeout.
 	DefaultLeaseTimeout = core.DefaultLeaseTimeout
 	DefaultBatchSize    = 100
+	// DefaultMaxBatchSize caps the claims of a poller whose BatchSize is not
+	// set, while they grow to follow a backlog: half the dispatcher's default
+	// cold queue, so that the workers deliver one claim while the next one
+	// runs (claims of up to 1,000 drained PostgreSQL 10-13% slower, see
+	// docs/BENCHMARKS.md).
+	DefaultMaxBatchSize = 500
 	DefaultInterval     = 5 * time.Second
 	DefaultClaimTimeout = 30 * time.Second
 	DefaultBusyInterval = 50 * time.Millisecond
@@ -66,12 +72,19 @@ type Config struct {
 	// SkipRecent leaves events created less than this long ago to the hot
 	// path. Default 0: claim everything due.
 	SkipRecent time.Duration
-	// BatchSize caps the events one claim takes. A claim costs about the
-	// same for 50 rows as for 100 (its round trips and commit dominate), so
-	// a backlog drains about as many batches per second whatever their
-	// size, and larger batches drain it faster (docs/BENCHMARKS.md).
-	// Default 100.
+	// BatchSize is how many events a claim asks for when there is no
+	// backlog. A claim costs about the same for 50 rows as for 500 (its
+	// round trips and commit dominate), so larger batches drain a backlog
+	// faster (docs/BENCHMARKS.md); the poller therefore doubles the size of
+	// each claim after one that came back full, up to MaxBatchSize, and
+	// returns to BatchSize after one that came back short. A claim never
+	// asks for more than the handler has room for. Default 100.
 	BatchSize int
+	// MaxBatchSize caps the claims that grow while a backlog drains.
+	// Default DefaultMaxBatchSize (500) when BatchSize is not set, else
+	// BatchSize: a poller configured with a BatchSize alone claims that
+	// many, fixed, as before claims grew. It must not be below BatchSize.
+	MaxBatchSize int
 	// Interval is the time between polls when there is no backlog, and the
 	// cap of the back-off after a failed claim. Default 5s.
 	Interval time.Duration
@@ -124,6 +137,11 @@ func (c Config) validate() error {
 	config.NonNegative(&v, "LeaseTimeout", c.LeaseTimeout)
 	config.NonNegative(&v, "SkipRecent", c.SkipRecent)
 	config.NonNegative(&v, "BatchSize", c.BatchSize)
+	config.NonNegative(&v, "MaxBatchSize", c.MaxBatchSize)
+	if c.MaxBatchSize > 0 {
+		v.Check(c.MaxBatchSize >= cmp.Or(c.BatchSize, DefaultBatchSize),
+			"MaxBatchSize %d is below BatchSize %d", c.MaxBatchSize, cmp.Or(c.BatchSize, DefaultBatchSize))
+	}
 	config.NonNegative(&v, "Interval", c.Interval)
 	config.NonNegative(&v, "ClaimTimeout", c.ClaimTimeout)
 	if h, ok := c.Handler.(interface{ LeaseTimeout() time.Duration }); ok && c.LeaseTimeout > 0 {
@@ -153,6 +171,12 @@ func (c Config) withDefaults() (Config, error) {
 		c.LeaseTimeout = h.LeaseTimeout()
 	}
 	c.LeaseTimeout = cmp.Or(c.LeaseTimeout, DefaultLeaseTimeout)
+	switch {
+	case c.MaxBatchSize == 0 && c.BatchSize == 0:
+		c.MaxBatchSize = DefaultMaxBatchSize
+	case c.MaxBatchSize == 0:
+		c.MaxBatchSize = c.BatchSize
+	}
 	c.BatchSize = cmp.Or(c.BatchSize, DefaultBatchSize)
 	c.Interval = cmp.Or(c.Interval, DefaultInterval)
 	c.ClaimTimeout = cmp.Or(c.ClaimTimeout, DefaultClaimTimeout)

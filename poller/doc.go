@@ -20,6 +20,24 @@
 // A failed claim (the database is down, say) is logged and retried with a
 // back-off that grows up to the interval; the loop never stops because of it.
 //
+// # Backlogs
+//
+// While claims come back full, each next claim asks for twice as many rows
+// (Config.BatchSize up to Config.MaxBatchSize, never more than the handler
+// has room for). Every claim starts where the claims before it ended
+// (core.ClaimParams.From, the created_at of the newest row they took)
+// instead of at the oldest pending row, so that it does not step again over
+// the rows delivered or held since. On PostgreSQL a delivered row leaves dead
+// entries in the pending index until VACUUM, so a claim from the oldest row
+// gets slower as a drain goes on; from the cursor it does not. Rows that
+// become claimable behind the cursor (retries and releases, which the
+// dispatcher reports through WakeAt; expired leases of other instances; rows
+// committed late) are never skipped: a claim from the oldest row is due after
+// a claim that came back short, after a wake-up request falls due, and once
+// per Interval, and runs as soon as the claims from the oldest row stay under
+// about a twentieth of the claiming time, which on a vacuumed table is at
+// once.
+//
 // # What wakes a poller
 //
 // Events written where no hot path delivers them (WriteTx on a plain *sql.Tx,

@@ -1,6 +1,7 @@
 package poller_test
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -111,7 +112,8 @@ func (s *fakeStore) Claim(_ context.Context, _ core.DBTX, p core.ClaimParams) ([
 	s.bad = s.bad[len(bad):]
 	var ids []string
 	for id, r := range s.rows {
-		if r.Status.Terminal() || r.AvailableAt.After(p.Now) || r.CreatedAt.After(p.Now.Add(-p.SkipRecent)) {
+		if r.Status.Terminal() || r.AvailableAt.After(p.Now) || r.CreatedAt.After(p.Now.Add(-p.SkipRecent)) ||
+			r.CreatedAt.Before(p.From) {
 			continue
 		}
 		if r.LockedBy != "" && r.LockedAt.After(p.Now.Add(-p.LeaseTimeout)) {
@@ -119,7 +121,9 @@ func (s *fakeStore) Claim(_ context.Context, _ core.DBTX, p core.ClaimParams) ([
 		}
 		ids = append(ids, id)
 	}
-	slices.Sort(ids)
+	slices.SortFunc(ids, func(a, b string) int {
+		return cmp.Or(s.rows[a].CreatedAt.Compare(s.rows[b].CreatedAt), cmp.Compare(a, b))
+	})
 	var out []core.Event
 	for _, id := range ids[:min(len(ids), p.Limit-len(bad))] {
 		r := s.rows[id]

@@ -56,6 +56,8 @@ type Poller struct {
 	// Refused events whose release failed; released again at the start of
 	// the next cycles, and once more when the poller stops.
 	releaser *lease.Releaser
+
+	cursor *cursor // where claims start and how many rows they ask for
 }
 
 // New validates cfg and returns a Poller. Bad configuration returns an error
@@ -67,9 +69,10 @@ func New(cfg Config) (*Poller, error) {
 		return nil, err
 	}
 	p := &Poller{
-		cfg:  cfg,
-		log:  logging.Resolve(cfg.Logger, cfg.Slog).With().Str("component", "outbox.poller").Logger(),
-		wake: make(chan struct{}, 1),
+		cfg:    cfg,
+		log:    logging.Resolve(cfg.Logger, cfg.Slog).With().Str("component", "outbox.poller").Logger(),
+		wake:   make(chan struct{}, 1),
+		cursor: newCursor(cfg),
 	}
 	p.releaser = lease.New(lease.Policy{
 		Release: func(ctx context.Context, owner string, ids []string) error {
@@ -85,9 +88,11 @@ func New(cfg Config) (*Poller, error) {
 		// leases are about to expire, and this poller may claim the rows
 		// again and its handler take them, whose leases must then stay.
 		GiveUpAfter: cfg.LeaseTimeout / 2,
-		Now:         cfg.Now,
-		Logger:      p.log,
-		Who:         "outbox poller",
+		// The released rows may lie behind where claims start now.
+		Released: func() { p.cursor.rewindAt(p.cfg.Now()) },
+		Now:      cfg.Now,
+		Logger:   p.log,
+		Who:      "outbox poller",
 	})
 	if n, ok := cfg.Handler.(interface{ NotifyDue(func(time.Time)) }); ok {
 		n.NotifyDue(p.WakeAt)
@@ -136,6 +141,8 @@ func (p *Poller) WakeAt(t time.Time) {
 	p.mu.Lock()
 	earliest := p.due.add(t)
 	p.mu.Unlock()
+	// What falls due at t may lie behind where claims start now.
+	p.cursor.rewindAt(t)
 	if earliest {
 		select {
 		case p.wake <- struct{}{}:
@@ -144,9 +151,10 @@ func (p *Poller) WakeAt(t time.Time) {
 	}
 }
 
-// PollOnce runs one cycle: it claims up to min(BatchSize, the handler's
-// capacity) due events, marks undecodable ones DEAD, hands the rest to the
-// handler and releases those it refuses. It returns how many events the
+// PollOnce runs one cycle: it claims up to min(the claim size, the
+// handler's capacity) due events (the claim size is BatchSize, or more while
+// a backlog drains: see Config.BatchSize), marks undecodable ones DEAD,
+// hands the rest to the handler and releases those it refuses. It returns how many events the
 // handler took. It returns core.ErrClosed after Close; a failed claim returns
 // an error and changes nothing.
 func (p *Poller) PollOnce(ctx context.Context) (int, error) {
@@ -178,8 +186,9 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 		c.skipped = true
 		return c, nil
 	}
-	limit := min(p.cfg.BatchSize, capacity)
 	now := p.cfg.Now()
+	from, size := p.cursor.next(now)
+	limit := min(size, capacity)
 	cctx, cancelClaim := context.WithTimeout(ctx, p.cfg.ClaimTimeout)
 	defer cancelClaim()
 	start := time.Now()
@@ -189,12 +198,15 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 		LeaseTimeout: p.cfg.LeaseTimeout,
 		SkipRecent:   p.cfg.SkipRecent,
 		Limit:        limit,
+		From:         from,
 	})
+	took := time.Since(start)
 	if lm, ok := p.cfg.Metrics.(core.LatencyMetrics); ok {
-		lm.ClaimDuration(time.Since(start))
+		lm.ClaimDuration(took)
 	}
 	if err != nil {
 		p.cfg.Metrics.StoreError()
+		p.cursor.failed()
 		return c, fmt.Errorf("claim events: %w", err)
 	}
 
@@ -226,6 +238,13 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 	// A batch the handler refused entirely is no backlog to chase: polling
 	// again at once would only claim the same rows again.
 	c.full = len(events)+len(bad) >= limit && (c.taken > 0 || len(events) == 0)
+	var last time.Time
+	for _, ev := range events {
+		if ev.CreatedAt.After(last) {
+			last = ev.CreatedAt
+		}
+	}
+	p.cursor.done(now, from, len(events)+len(bad) >= limit, len(refused) == 0, last, took)
 	if len(refused) > 0 {
 		if _, err := p.cfg.Store.Release(fctx, p.cfg.DB, p.cfg.Owner, refused); err != nil {
 			p.cfg.Metrics.StoreError()

@@ -113,9 +113,14 @@ func TestPollOnceClaimsNoMoreThanCapacity(t *testing.T) {
 	if n, err := p.PollOnce(context.Background()); n != 0 || err != nil || st.claimCount() != 1 {
 		t.Errorf("full handler: PollOnce = %d, %v after %d claims; want 0, nil, 1", n, err, st.claimCount())
 	}
+	// The first claim came back full (7 of 7): the next one asks for twice
+	// the batch, and gets what is left.
 	h.setCapacity(1000)
-	if n, _ := p.PollOnce(context.Background()); n != poller.DefaultBatchSize {
-		t.Errorf("PollOnce = %d, want a default batch of %d", n, poller.DefaultBatchSize)
+	if n, _ := p.PollOnce(context.Background()); n != 200-7 {
+		t.Errorf("PollOnce = %d, want the %d rows left (a claim of %d)", n, 200-7, 2*poller.DefaultBatchSize)
+	}
+	if got := st.claims[len(st.claims)-1].Limit; got != 2*poller.DefaultBatchSize {
+		t.Errorf("claim after a full one asked for %d rows, want %d", got, 2*poller.DefaultBatchSize)
 	}
 }
 

@@ -27,7 +27,7 @@ func TestPlans(t *testing.T) {
 				t.Fatal(err)
 			}
 			st := tg.Store.(*mysql.Store)
-			want := map[string]string{"claim": "_lane", "claim-read-back": "_lease", "dead": "_lane",
+			want := map[string]string{"claim": "_lane", "claim-from": "_lane", "claim-read-back": "_lease", "dead": "_lane",
 				"count-dead": "_lane", "replay-dead": "_lane", "purge": "_lane",
 				"promote": "_seq", "promote-read": "_lease"}
 			for _, stmt := range mysql.PlanStatements(st, time.Now()) {
@@ -51,6 +51,9 @@ func TestPlans(t *testing.T) {
 				if !strings.HasPrefix(key, tg.Table+want[stmt.Name]) || strings.Contains(p["Extra"], "filesort") ||
 					p["type"] == "ALL" || p["type"] == "index" {
 					t.Errorf("%s (%d rows) does not walk index %s%s in order: %v", stmt.Name, n, tg.Table, want[stmt.Name], p)
+				}
+				if stmt.Name == "claim-from" && p["type"] != "range" {
+					t.Errorf("claim-from (%d rows) is not a range of index %s%s: %v", n, tg.Table, want[stmt.Name], p)
 				}
 				t.Logf("%s (%d rows): type=%s key=%s rows=%s Extra=%s", stmt.Name, n, p["type"], p["key"], p["rows"], p["Extra"])
 			}

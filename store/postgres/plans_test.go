@@ -27,7 +27,7 @@ func TestPlans(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := tg.Store.(*postgres.Store)
-	want := map[string]string{"claim": "_pending", "dead": "_dead", "count-dead": "_dead", "replay-dead": "_dead", "purge": "_done", "promote": "_seq"}
+	want := map[string]string{"claim": "_pending", "claim-from": "_pending", "dead": "_dead", "count-dead": "_dead", "replay-dead": "_dead", "purge": "_done", "promote": "_seq"}
 	conn, err := tg.DB.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +54,15 @@ func TestPlans(t *testing.T) {
 			if !strings.Contains(plan, tg.Table+want[stmt.Name]) || strings.Contains(plan, "Seq Scan") ||
 				strings.Contains(plan, "Sort") {
 				t.Errorf("%s (%s plan, %d rows) does not walk index %s%s in order:\n%s", stmt.Name, kind, n, tg.Table, want[stmt.Name], plan)
+			}
+		}
+		// The claim from a point in the backlog starts its index walk there:
+		// From is an index condition, not a filter on the rows walked.
+		if stmt.Name == "claim-from" {
+			for kind, plan := range map[string]string{"custom": custom, "generic": generic} {
+				if !strings.Contains(plan, "Index Cond: ((created_at >= ") {
+					t.Errorf("claim-from (%s plan): From is not the start of the index walk:\n%s", kind, plan)
+				}
 			}
 		}
 		t.Logf("%s (%d rows):\n%s\ngeneric:\n%s", stmt.Name, n, custom, generic)

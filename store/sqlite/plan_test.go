@@ -16,7 +16,7 @@ func TestQueryPlans(t *testing.T) {
 	t.Parallel()
 	tg := testdb.SQLite(t)
 	st := tg.Store.(*sqlite.Store)
-	wantIndex := map[string]string{"claim": "_pending", "dead": "_dead", "count-dead": "_dead", "purge": "_done", "promote": "_seq"}
+	wantIndex := map[string]string{"claim": "_pending", "claim-from": "_pending", "dead": "_dead", "count-dead": "_dead", "purge": "_done", "promote": "_seq"}
 	for _, stmt := range sqlite.PlanStatements(st, time.Now()) {
 		rows, err := tg.DB.QueryContext(context.Background(), "EXPLAIN QUERY PLAN "+stmt.SQL, stmt.Args...)
 		if err != nil {
@@ -35,6 +35,9 @@ func TestQueryPlans(t *testing.T) {
 		text := strings.Join(plan, "; ")
 		if !strings.Contains(text, wantIndex[stmt.Name]) || strings.Contains(text, "TEMP B-TREE") {
 			t.Errorf("%s does not walk index %s in order: %s", stmt.Name, wantIndex[stmt.Name], text)
+		}
+		if stmt.Name == "claim-from" && !strings.Contains(text, "created_at>?") {
+			t.Errorf("claim-from does not start its index walk at From: %s", text)
 		}
 		t.Logf("%s: %s", stmt.Name, text)
 	}

@@ -12,6 +12,7 @@ import (
 // claimTests check Claim and Release: order, limit, leases, undecodable rows.
 var claimTests = []test{
 	{"ClaimOrderAndLimit", testClaimOrderAndLimit},
+	{"ClaimFrom", testClaimFrom},
 	{"ClaimRespectsAvailableAt", testClaimAvailableAt},
 	{"ClaimSkipRecent", testClaimSkipRecent},
 	{"ClaimLeaseExpiry", testClaimLeaseExpiry},
@@ -39,6 +40,32 @@ func testClaimOrderAndLimit(t *testing.T, tg Target) {
 	}
 	if got := get(t, tg, "a"); got.LockedBy != owner {
 		t.Errorf("stored lease = %q, want %q", got.LockedBy, owner)
+	}
+}
+
+// testClaimFrom: a claim with From leaves out the rows created before it
+// and takes those created at it; a claim without From still finds the rows
+// left behind.
+func testClaimFrom(t *testing.T, tg Target) {
+	from := base.Add(time.Second)
+	insert(t, tg, env(t, "a", base), env(t, "c", from), env(t, "b", from), env(t, "d", from.Add(time.Microsecond)),
+		env(t, "e", from.Add(time.Second)))
+	c := ctx(t)
+	p := core.ClaimParams{Owner: owner, Now: time.Now(), LeaseTimeout: time.Minute, Limit: 3, From: from}
+	evs, bad, err := tg.Store.Claim(c, tg.DB, p)
+	if err != nil || len(bad) > 0 {
+		t.Fatalf("claim from %v: %v %v", from, err, bad)
+	}
+	if !slices.Equal(ids(evs), []string{"b", "c", "d"}) {
+		t.Fatalf("claim from %v = %v, want [b c d]", from, ids(evs))
+	}
+	p.From = from.Add(2 * time.Second)
+	if evs, _, err := tg.Store.Claim(c, tg.DB, p); err != nil || len(evs) != 0 {
+		t.Fatalf("claim from after the last row = %v, %v; want nothing", ids(evs), err)
+	}
+	p.From = time.Time{}
+	if evs, _, err := tg.Store.Claim(c, tg.DB, p); err != nil || !slices.Equal(ids(evs), []string{"a", "e"}) {
+		t.Fatalf("claim from the oldest row = %v, %v; want [a e]", ids(evs), err)
 	}
 }
 

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 var concurrencyTests = []test{
 	{"DrainDisjoint", testDrainDisjoint},
 	{"AbandonedLeaseReclaimedAndFenced", testAbandoned},
+	{"DrainFromCursor", testDrainFromCursor},
 }
 
 // claimers runs n claimers, each on its own pool, until a claim comes back
@@ -159,5 +161,128 @@ func testAbandoned(t *testing.T, tg Target) {
 	}
 	if got := count(t, tg, "status = 0 AND attempts = 0 AND locked_by LIKE 'late-claimer-%'"); got != n/2 {
 		t.Fatalf("%d reclaimed rows untouched, want %d", got, n/2)
+	}
+}
+
+// testDrainFromCursor: claimers on separate pools drain a backlog as the
+// poller does, each claim starting where its previous full claim ended
+// (ClaimParams.From) and from the oldest row after a short one, while rows
+// become claimable behind every cursor: a tenth of the rows fail once and
+// are due again at once (RETRY), a tenth are released unprocessed. No row is
+// claimed while another claimer holds it, none after it is DONE, and every
+// row ends DONE: none is skipped.
+func testDrainFromCursor(t *testing.T, tg Target) {
+	const n = 5000
+	rows := seq(t, tg, "cursor", n)
+	c := ctx(t)
+	var (
+		mu    sync.Mutex
+		held  = map[string]string{} // id -> claimer holding it
+		done  = map[string]bool{}
+		tried = map[string]bool{} // failed or released once already
+		errs  []error
+		wg    sync.WaitGroup
+	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	for i := range 4 {
+		db := tg.Reopen(t)
+		who := fmt.Sprintf("cursor-claimer-%d", i)
+		wg.Go(func() {
+			var from time.Time
+			for c.Err() == nil {
+				p := core.ClaimParams{Owner: who, Now: time.Now(), LeaseTimeout: time.Hour, Limit: 50, From: from}
+				evs, bad, err := tg.Store.Claim(c, db, p)
+				if err != nil || len(bad) > 0 {
+					fail(fmt.Errorf("%s: claim: %v %v", who, err, bad))
+					return
+				}
+				from = time.Time{}
+				if len(evs) == p.Limit {
+					from = evs[len(evs)-1].CreatedAt
+				}
+				mu.Lock()
+				if len(evs) == 0 && p.From.IsZero() && len(held) == 0 {
+					mu.Unlock()
+					return // nothing claimable, nothing held that may become so
+				}
+				var fails, releases []string
+				for _, e := range evs {
+					switch {
+					case held[e.ID()] != "":
+						errs = append(errs, fmt.Errorf("%s claimed by %s while %s held it", e.ID(), who, held[e.ID()]))
+					case done[e.ID()]:
+						errs = append(errs, fmt.Errorf("%s claimed by %s after it was DONE", e.ID(), who))
+					}
+					held[e.ID()] = who
+					k := e.ID()[len(e.ID())-1]
+					switch {
+					case tried[e.ID()]:
+					case k == '3':
+						fails = append(fails, e.ID())
+						tried[e.ID()] = true
+					case k == '7':
+						releases = append(releases, e.ID())
+						tried[e.ID()] = true
+					}
+				}
+				mu.Unlock()
+				// A retried or released row is claimable again as soon as
+				// its write commits: the write runs under mu, so that a
+				// claimer taking it then finds it no longer held.
+				settle := func(id, what string, write func() (bool, error)) {
+					mu.Lock()
+					defer mu.Unlock()
+					if ok, err := write(); err != nil || !ok {
+						errs = append(errs, fmt.Errorf("%s: %s %s: changed=%v err=%v", who, what, id, ok, err))
+					}
+					delete(held, id)
+					if what == "done" {
+						done[id] = true
+					}
+				}
+				for _, e := range evs {
+					switch id := e.ID(); {
+					case slices.Contains(fails, id):
+						settle(id, "retry", func() (bool, error) {
+							return tg.Store.MarkRetry(c, db, who, id, time.Now(), "fails once")
+						})
+					case slices.Contains(releases, id):
+						settle(id, "release", func() (bool, error) {
+							m, err := tg.Store.Release(c, db, who, []string{id})
+							return m == 1, err
+						})
+					default:
+						ok, err := tg.Store.MarkDone(c, db, who, id, time.Now())
+						settle(id, "done", func() (bool, error) { return ok, err })
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i == 20 {
+			t.Errorf("... %d errors in all", len(errs))
+			break
+		}
+		t.Error(err)
+	}
+	if err := c.Err(); err != nil {
+		t.Fatalf("drain did not finish: %v", err)
+	}
+	for _, id := range rows {
+		if !done[id] {
+			t.Fatalf("%s was never delivered (%d of %d done)", id, len(done), n)
+		}
+	}
+	if got := count(t, tg, "status = 1"); got != n {
+		t.Fatalf("%d rows DONE, want %d", got, n)
+	}
+	if got := count(t, tg, "status = 1 AND attempts = 1"); got != n/10 {
+		t.Errorf("%d rows DONE after one failure, want %d", got, n/10)
 	}
 }

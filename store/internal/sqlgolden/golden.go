@@ -72,6 +72,10 @@ var ops = []op{
 		_, _, err := st.Claim(ctx, db, core.ClaimParams{Owner: "owner", Now: now, LeaseTimeout: time.Minute, SkipRecent: time.Second, Limit: 100})
 		return err
 	}},
+	{"claim", "Claim from a point in the backlog (ClaimParams.From)", func(ctx context.Context, st Store, db core.DBTX) error {
+		_, _, err := st.Claim(ctx, db, core.ClaimParams{Owner: "owner", Now: now, LeaseTimeout: time.Minute, SkipRecent: time.Second, Limit: 100, From: now.Add(-time.Hour)})
+		return err
+	}},
 	{"writeback", "MarkDone", func(ctx context.Context, st Store, db core.DBTX) error {
 		_, err := st.MarkDone(ctx, db, "owner", "e-1", now)
 		return err

@@ -8,7 +8,7 @@ import (
 
 // Statement is one SQL statement of a Store with sample arguments.
 type Statement struct {
-	Name string // "claim", "claim-read-back", "dead", "count-dead", "replay-dead", "purge", "promote" or "promote-read"
+	Name string // "claim", "claim-from", "claim-read-back", "dead", "count-dead", "replay-dead", "purge", "promote" or "promote-read"
 	SQL  string // in the dialect's bind-marker style
 	Args []any
 }
@@ -20,18 +20,28 @@ type Statement struct {
 // them; they are the very strings the store executes.
 func PlanStatements(s *Store, now time.Time) []Statement {
 	now = now.UTC().Truncate(time.Microsecond)
-	p := core.ClaimParams{Owner: "explain", Now: now, LeaseTimeout: time.Minute, Limit: 100}
-	cand := s.candidateArgs(p, now)
-	lease := []any{p.Owner, s.ts(now)}
 	var out []Statement
-	switch s.d.Claim {
-	case ClaimReturning:
-		out = append(out, Statement{"claim", s.claimReturn, append(lease, cand...)})
-	case ClaimSelectForUpdate:
-		out = append(out, Statement{"claim", s.claimSelect, cand})
-	case ClaimUpdateThenSelect:
-		out = append(out, Statement{"claim", s.claimUpdate, append(lease, cand...)},
-			Statement{"claim-read-back", s.claimReadBack, lease})
+	// The claim from the oldest pending row, and the claim from a point in
+	// the backlog (ClaimParams.From), an hour back.
+	for _, from := range []time.Time{{}, now.Add(-time.Hour)} {
+		p := core.ClaimParams{Owner: "explain", Now: now, LeaseTimeout: time.Minute, Limit: 100, From: from}
+		stmts, cand := s.claimStatements(p, now)
+		lease := []any{p.Owner, s.ts(now)}
+		name := "claim"
+		if !from.IsZero() {
+			name = "claim-from"
+		}
+		switch s.d.Claim {
+		case ClaimReturning:
+			out = append(out, Statement{name, stmts.ret, append(lease, cand...)})
+		case ClaimSelectForUpdate:
+			out = append(out, Statement{name, stmts.sel, cand})
+		case ClaimUpdateThenSelect:
+			out = append(out, Statement{name, stmts.upd, append(lease, cand...)})
+		}
+	}
+	if s.d.Claim == ClaimUpdateThenSelect {
+		out = append(out, Statement{"claim-read-back", s.claimReadBack, []any{"explain", s.ts(now)}})
 	}
 	f := core.DeadFilter{EventType: "Tested"}
 	q, args := s.queryDead(f)
@@ -45,7 +55,7 @@ func PlanStatements(s *Store, now time.Time) []Statement {
 	// Promotion of the next events of a batch's keys: by (key, seq), through
 	// the seq index.
 	promote, read := s.promoteStmts(2)
-	pargs := []any{p.Owner, s.ts(now), "Order", "K", int64(2), "Order", "L", int64(5)}
+	pargs := []any{"explain", s.ts(now), "Order", "K", int64(2), "Order", "L", int64(5)}
 	out = append(out, Statement{"promote", promote, pargs})
 	if s.d.NoReturning {
 		out = append(out, Statement{"promote-read", read, pargs})

@@ -19,14 +19,15 @@ type Store struct {
 	table TableName
 	qt    string // quoted table
 
-	insertPrefix  string
-	markDone      string
-	markRetry     string
-	markDead      string
-	get           string
-	claimSelect   string // ClaimSelectForUpdate: the locking candidate SELECT
-	claimReturn   string // ClaimReturning
-	claimUpdate   string // ClaimUpdateThenSelect
+	insertPrefix string
+	markDone     string
+	markRetry    string
+	markDead     string
+	get          string
+	// claims[0] walks the pending rows from the oldest one, claims[1] from
+	// ClaimParams.From (one more bind argument, first among the candidate
+	// arguments).
+	claims        [2]claimStmts
 	claimReadBack string
 
 	leases leaseClock // ClaimUpdateThenSelect
@@ -67,11 +68,15 @@ func New(d Dialect, table TableName) *Store {
 	if d.ClaimLock != "" {
 		lock = " " + d.ClaimLock
 	}
-	candidates := "FROM " + s.qt + hint + " WHERE " + pendingRows + order + " LIMIT ?" + lock
-	s.claimSelect = d.rebind("SELECT " + columns + " " + candidates)
-	s.claimReturn = d.rebind("UPDATE " + s.qt + " SET locked_by = ?, locked_at = ? WHERE " +
-		d.idsIn("SELECT event_id "+candidates) + " RETURNING " + columns)
-	s.claimUpdate = d.rebind("UPDATE " + s.qt + hint + " SET locked_by = ?, locked_at = ? WHERE " + pendingRows + order + " LIMIT ?")
+	for i, where := range []string{pendingRows, d.Pending + " AND created_at >= ?" + strings.TrimPrefix(pendingRows, d.Pending)} {
+		candidates := "FROM " + s.qt + hint + " WHERE " + where + order + " LIMIT ?" + lock
+		s.claims[i] = claimStmts{
+			sel: d.rebind("SELECT " + columns + " " + candidates),
+			ret: d.rebind("UPDATE " + s.qt + " SET locked_by = ?, locked_at = ? WHERE " +
+				d.idsIn("SELECT event_id "+candidates) + " RETURNING " + columns),
+			upd: d.rebind("UPDATE " + s.qt + hint + " SET locked_by = ?, locked_at = ? WHERE " + where + order + " LIMIT ?"),
+		}
+	}
 	// Sorted in Go: the database would sort them too, as they are found by
 	// lease, not in delivery order.
 	s.claimReadBack = d.rebind("SELECT " + columns + " FROM " + s.qt + " WHERE locked_by = ? AND locked_at = ?")
@@ -513,16 +518,16 @@ func (s *Store) Claim(ctx context.Context, db core.DBTX, p core.ClaimParams) (ev
 	if p.Now.IsZero() {
 		now = time.Now().UTC().Truncate(time.Microsecond)
 	}
-	candidateArgs := s.candidateArgs(p, now)
+	stmts, candidateArgs := s.claimStatements(p, now)
 	err = s.retry(ctx, db, func() error {
 		var err error
 		switch s.d.Claim {
 		case ClaimReturning:
-			events, bad, err = s.claimReturning(ctx, db, p.Owner, now, candidateArgs)
+			events, bad, err = s.claimReturning(ctx, db, stmts.ret, p.Owner, now, candidateArgs)
 		case ClaimUpdateThenSelect:
-			events, bad, err = s.claimUpdateThenSelect(ctx, db, p.Owner, now, candidateArgs)
+			events, bad, err = s.claimUpdateThenSelect(ctx, db, stmts.upd, p.Owner, now, candidateArgs)
 		case ClaimSelectForUpdate:
-			events, bad, err = s.claimSelectForUpdate(ctx, db, p.Owner, now, candidateArgs)
+			events, bad, err = s.claimSelectForUpdate(ctx, db, stmts.sel, p.Owner, now, candidateArgs)
 		default:
 			err = fmt.Errorf("unknown claim strategy %v", s.d.Claim)
 		}
@@ -534,13 +539,27 @@ func (s *Store) Claim(ctx context.Context, db core.DBTX, p core.ClaimParams) (ev
 	return events, bad, nil
 }
 
-// candidateArgs binds the pending-rows condition and the LIMIT of a claim.
-func (s *Store) candidateArgs(p core.ClaimParams, now time.Time) []any {
-	return []any{s.ts(now), s.ts(now.Add(-p.SkipRecent)), s.ts(now.Add(-p.LeaseTimeout)), p.Limit}
+// claimStmts are the statements of one claim shape; which of them a store
+// runs depends on its ClaimStrategy.
+type claimStmts struct {
+	sel string // ClaimSelectForUpdate: the locking candidate SELECT
+	ret string // ClaimReturning
+	upd string // ClaimUpdateThenSelect
 }
 
-func (s *Store) claimReturning(ctx context.Context, db core.DBTX, owner string, now time.Time, cand []any) ([]core.Event, []core.RowError, error) {
-	rows, err := db.QueryContext(ctx, s.claimReturn, append([]any{owner, s.ts(now)}, cand...)...)
+// claimStatements returns the statements of a claim with p and their
+// candidate arguments: the pending-rows condition (From first, when set)
+// and the LIMIT.
+func (s *Store) claimStatements(p core.ClaimParams, now time.Time) (claimStmts, []any) {
+	args := []any{s.ts(now), s.ts(now.Add(-p.SkipRecent)), s.ts(now.Add(-p.LeaseTimeout)), p.Limit}
+	if p.From.IsZero() {
+		return s.claims[0], args
+	}
+	return s.claims[1], append([]any{s.ts(p.From)}, args...)
+}
+
+func (s *Store) claimReturning(ctx context.Context, db core.DBTX, stmt, owner string, now time.Time, cand []any) ([]core.Event, []core.RowError, error) {
+	rows, err := db.QueryContext(ctx, stmt, append([]any{owner, s.ts(now)}, cand...)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -553,9 +572,9 @@ func (s *Store) claimReturning(ctx context.Context, db core.DBTX, owner string, 
 	return events, bad, nil
 }
 
-func (s *Store) claimUpdateThenSelect(ctx context.Context, db core.DBTX, owner string, now time.Time, cand []any) ([]core.Event, []core.RowError, error) {
+func (s *Store) claimUpdateThenSelect(ctx context.Context, db core.DBTX, stmt, owner string, now time.Time, cand []any) ([]core.Event, []core.RowError, error) {
 	lease := s.ts(s.leases.next(now))
-	res, err := db.ExecContext(ctx, s.claimUpdate, append([]any{owner, lease}, cand...)...)
+	res, err := db.ExecContext(ctx, stmt, append([]any{owner, lease}, cand...)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -597,9 +616,9 @@ func (c *leaseClock) next(t time.Time) time.Time {
 	return t
 }
 
-func (s *Store) claimSelectForUpdate(ctx context.Context, db core.DBTX, owner string, now time.Time, cand []any) (events []core.Event, bad []core.RowError, err error) {
+func (s *Store) claimSelectForUpdate(ctx context.Context, db core.DBTX, stmt, owner string, now time.Time, cand []any) (events []core.Event, bad []core.RowError, err error) {
 	err = inTx(ctx, db, func(tx core.DBTX) error {
-		rows, err := tx.QueryContext(ctx, s.claimSelect, cand...)
+		rows, err := tx.QueryContext(ctx, stmt, cand...)
 		if err != nil {
 			return err
 		}

@@ -1,3 +1,7 @@
 -- Claim
 UPDATE `outbox_event` FORCE INDEX (`outbox_event_lane`) SET locked_by = ?, locked_at = ? WHERE lane = 0 AND available_at <= ? AND created_at <= ? AND (locked_by IS NULL OR locked_at < ?) ORDER BY created_at, event_id LIMIT ?;
 SELECT event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, status, attempts, available_at, created_at, done_at, last_error, locked_by, locked_at, seq FROM `outbox_event` WHERE locked_by = ? AND locked_at = ?;
+
+-- Claim from a point in the backlog (ClaimParams.From)
+UPDATE `outbox_event` FORCE INDEX (`outbox_event_lane`) SET locked_by = ?, locked_at = ? WHERE lane = 0 AND created_at >= ? AND available_at <= ? AND created_at <= ? AND (locked_by IS NULL OR locked_at < ?) ORDER BY created_at, event_id LIMIT ?;
+SELECT event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, status, attempts, available_at, created_at, done_at, last_error, locked_by, locked_at, seq FROM `outbox_event` WHERE locked_by = ? AND locked_at = ?;

@@ -1,2 +1,5 @@
 -- Claim
 UPDATE "outbox_event" SET locked_by = $1, locked_at = $2 WHERE event_id = ANY (ARRAY(SELECT event_id FROM "outbox_event" WHERE status IN (0, 2) AND available_at <= $3 AND created_at <= $4 AND (locked_by IS NULL OR locked_at < $5) ORDER BY created_at, event_id LIMIT $6 FOR UPDATE SKIP LOCKED)) RETURNING event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, status, attempts, available_at, created_at, done_at, last_error, locked_by, locked_at, seq;
+
+-- Claim from a point in the backlog (ClaimParams.From)
+UPDATE "outbox_event" SET locked_by = $1, locked_at = $2 WHERE event_id = ANY (ARRAY(SELECT event_id FROM "outbox_event" WHERE status IN (0, 2) AND created_at >= $3 AND available_at <= $4 AND created_at <= $5 AND (locked_by IS NULL OR locked_at < $6) ORDER BY created_at, event_id LIMIT $7 FOR UPDATE SKIP LOCKED)) RETURNING event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, status, attempts, available_at, created_at, done_at, last_error, locked_by, locked_at, seq;
