@@ -224,18 +224,7 @@ func soakW1(ctx context.Context, c *config, tg *target, n int) (result, []soakWi
 		if err != nil {
 			return err
 		}
-		err = in.do(ctx, func(ctx context.Context) error {
-			tx, ok := core.TxFromContext(ctx)
-			if !ok {
-				return core.ErrNoTransaction
-			}
-			if _, err := tx.ExecContext(ctx, bizInsert, fmt.Sprintf("o-%09d", i), fmt.Sprintf("c-%05d", i%50000), 4200+i%1000,
-				tg.encodeTime(time.Now())); err != nil {
-				return err
-			}
-			_, err := in.w.Write(ctx, env)
-			return err
-		})
+		err = in.placeOrder(ctx, tg, bizInsert, i, env, nil)
 		if err == nil {
 			written.Add(1)
 		}

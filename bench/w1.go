@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -209,21 +208,7 @@ func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instance
 		if err != nil {
 			return err
 		}
-		return in.do(ctx, func(ctx context.Context) error {
-			tx, ok := core.TxFromContext(ctx)
-			if !ok {
-				return errors.New("no transaction in context")
-			}
-			if _, err := tx.ExecContext(ctx, bizInsert, orderID, fmt.Sprintf("c-%05d", i%50000), 4200+i%1000,
-				tg.encodeTime(time.Now())); err != nil {
-				return err
-			}
-			// Registered before the writer's hook, so it runs first: the
-			// commit time is taken before the hot path sees the event.
-			tx.AfterCommit(func(context.Context) { rec.commit(i) })
-			_, err := in.w.Write(ctx, env)
-			return err
-		})
+		return in.placeOrder(ctx, tg, bizInsert, i, env, func() { rec.commit(i) })
 	})
 	if err != nil {
 		return result{}, w1Latencies{}, err
@@ -253,6 +238,29 @@ func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instance
 // every unordered event is one) and of the ordered events written WAITING
 // behind an unfinished one of their key.
 type w1Latencies struct{ heads, waited []time.Duration }
+
+// placeOrder is one W1 business transaction on in: business row i and env,
+// through the instance's transaction manager and writer. committed, when
+// not nil, runs right after COMMIT, before the writer's hook hands env to
+// the hot path.
+func (in *instance) placeOrder(ctx context.Context, tg *target, bizInsert string, i int, env core.Envelope, committed func()) error {
+	return in.do(ctx, func(ctx context.Context) error {
+		tx, ok := core.TxFromContext(ctx)
+		if !ok {
+			return core.ErrNoTransaction
+		}
+		if _, err := tx.ExecContext(ctx, bizInsert, fmt.Sprintf("o-%09d", i), fmt.Sprintf("c-%05d", i%50000), 4200+i%1000,
+			tg.encodeTime(time.Now())); err != nil {
+			return err
+		}
+		if committed != nil {
+			// Registered before the writer's hook, so it runs first.
+			tx.AfterCommit(func(context.Context) { committed() })
+		}
+		_, err := in.w.Write(ctx, env)
+		return err
+	})
+}
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
