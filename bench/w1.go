@@ -111,29 +111,11 @@ func w1Baseline(ctx context.Context, c *config, tg *target, data *w1Data, withOu
 			return result{}, err
 		}
 		defer t.drop(ctx)
-		outboxInsert = tg.rebind("INSERT INTO " + t.st.Table() + " (event_id, event_type, aggregate_type, aggregate_id, " +
-			"payload, status, attempts, available_at, created_at) VALUES (?, ?, ?, ?, ?, 0, 0, ?, ?)")
+		outboxInsert = rawOutboxInsert(tg, t.st.Table())
 	}
 	cpu0 := cpuTime()
 	elapsed, err := writeAll(ctx, len(data.ids), c.writers, func(_, i int) error {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		now := tg.encodeTime(time.Now())
-		orderID := fmt.Sprintf("o-%09d", i)
-		if _, err := tx.ExecContext(ctx, bizInsert, orderID, fmt.Sprintf("c-%05d", i%50000), 4200+i%1000, now); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		if withOutbox {
-			if _, err := tx.ExecContext(ctx, outboxInsert, data.ids[i], orderPlaced.Name(), orderAgg.Name(), orderID,
-				data.payloads[i], now, now); err != nil {
-				_ = tx.Rollback()
-				return err
-			}
-		}
-		return tx.Commit()
+		return rawOrder(ctx, tg, db, data, bizInsert, outboxInsert, i)
 	})
 	if err != nil {
 		return result{}, err
@@ -144,6 +126,36 @@ func w1Baseline(ctx context.Context, c *config, tg *target, data *w1Data, withOu
 	}
 	return result{Run: run, Events: len(data.ids), Seconds: elapsed.Seconds(),
 		PerSec: float64(len(data.ids)) / elapsed.Seconds(), CPUSeconds: (cpuTime() - cpu0).Seconds()}, nil
+}
+
+// rawOutboxInsert is the single-row INSERT of an event into table, as a
+// hand-written outbox would write it.
+func rawOutboxInsert(tg *target, table string) string {
+	return tg.rebind("INSERT INTO " + table + " (event_id, event_type, aggregate_type, aggregate_id, " +
+		"payload, status, attempts, available_at, created_at) VALUES (?, ?, ?, ?, ?, 0, 0, ?, ?)")
+}
+
+// rawOrder is one business transaction without the library: business row
+// i, and with outboxInsert (not "") its event inserted by hand.
+func rawOrder(ctx context.Context, tg *target, db *sql.DB, data *w1Data, bizInsert, outboxInsert string, i int) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	now := tg.encodeTime(time.Now())
+	orderID := fmt.Sprintf("o-%09d", i)
+	if _, err := tx.ExecContext(ctx, bizInsert, orderID, fmt.Sprintf("c-%05d", i%50000), 4200+i%1000, now); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	if outboxInsert != "" {
+		if _, err := tx.ExecContext(ctx, outboxInsert, data.ids[i], orderPlaced.Name(), orderAgg.Name(), orderID,
+			data.payloads[i], now, now); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // w1Outbox runs the writers through core.Writer with instances

@@ -34,8 +34,7 @@ func w1RawDone(ctx context.Context, c *config, tg *target, data *w1Data) (result
 	}
 	defer t.drop(ctx)
 	bizInsert := tg.rebind("INSERT INTO " + biz + " (id, customer, amount, created_at) VALUES (?, ?, ?, ?)")
-	outboxInsert := tg.rebind("INSERT INTO " + t.st.Table() + " (event_id, event_type, aggregate_type, aggregate_id, " +
-		"payload, status, attempts, available_at, created_at) VALUES (?, ?, ?, ?, ?, 0, 0, ?, ?)")
+	outboxInsert := rawOutboxInsert(tg, t.st.Table())
 
 	committed := make(chan string, 4*c.doneBatch)
 	var (
@@ -46,22 +45,7 @@ func w1RawDone(ctx context.Context, c *config, tg *target, data *w1Data) (result
 	cpu0 := cpuTime()
 	start := time.Now()
 	_, err = writeAll(ctx, len(data.ids), c.writers, func(_, i int) error {
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
-		now := tg.encodeTime(time.Now())
-		orderID := fmt.Sprintf("o-%09d", i)
-		if _, err := tx.ExecContext(ctx, bizInsert, orderID, fmt.Sprintf("c-%05d", i%50000), 4200+i%1000, now); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, outboxInsert, data.ids[i], orderPlaced.Name(), orderAgg.Name(), orderID,
-			data.payloads[i], now, now); err != nil {
-			_ = tx.Rollback()
-			return err
-		}
-		if err := tx.Commit(); err != nil {
+		if err := rawOrder(ctx, tg, db, data, bizInsert, outboxInsert, i); err != nil {
 			return err
 		}
 		committed <- data.ids[i]
