@@ -139,10 +139,10 @@ bench: ## Benchmarks W1-W3 on SQLite, and on PostgreSQL/MariaDB when their DSNs 
 	@if [ "$(BENCH_BROKER)" != "0" ]; then $(MAKE) --no-print-directory bench-broker; fi
 
 .PHONY: soak
-soak: ## Soak: SOAK_EVENTS (10,000,000) events through W1 then W2 on PostgreSQL and MariaDB, a line a minute (hours; SOAKFLAGS adds bench flags)
+soak: ## Soak: SOAK_EVENTS (10,000,000) events through W1 (SOAK_PER_TX, 10, per transaction) then W2 on PostgreSQL and MariaDB, a line a minute (about an hour each; SOAKFLAGS adds bench flags)
 	OUTBOX_POSTGRES_DSN=$${OUTBOX_POSTGRES_DSN-postgres://postgres@127.0.0.1:5432/test?sslmode=disable} \
 	OUTBOX_MYSQL_DSN=$${OUTBOX_MYSQL_DSN-root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC} \
-	$(GO) run ./bench -w soak -db postgres,mysql -soak-events $${SOAK_EVENTS-10000000} -timeout 6h $(SOAKFLAGS)
+	$(GO) run ./bench -w soak -db postgres,mysql -soak-events $${SOAK_EVENTS-10000000} -soak-per-tx $${SOAK_PER_TX-10} -timeout 6h $(SOAKFLAGS)
 
 DRAIN_EVENTS ?= 10000000
 DRAIN_FLAGS  ?=

@@ -62,7 +62,11 @@ func TestSingleActive(t *testing.T) {
 		var sa, sb seen
 		cfg := func(db outbox.DB, s *seen) outbox.Config {
 			return fast(outbox.Config{DB: db, Store: tg.Store, Registry: registry(t, s), Mode: outbox.MultiNode,
-				SingleActive: true, SingleActiveInterval: 20 * time.Millisecond})
+				// 250 ms, not less: each check of the lock must answer
+				// within the interval, and a check cut short on a loaded
+				// machine hands the lock over, which the counts below do
+				// not allow for.
+				SingleActive: true, SingleActiveInterval: 250 * time.Millisecond})
 		}
 		a := start(t, cfg(tg.DB, &sa))
 		waitActive(t, a, true)

@@ -29,6 +29,13 @@
 //     commit-to-listener latency, duplicates, the writers' transaction time
 //     and the claims/s of the idle instances afterwards. -no-wake compares
 //     it without NOTIFY/LISTEN.
+//   - Partitions (only with -w part, PostgreSQL): W1 and W2 on a plain
+//     table and on a partitioned one (postgres.Config.Partitions, with
+//     -part-ahead + 1 time partitions of -part-interval), each with its raw
+//     baselines, then the purge of -part-purge-events old DONE rows, twice
+//     on each: row by row on the plain table, one partition dropped on the
+//     partitioned one. -partitioned runs every other workload on
+//     partitioned tables.
 //   - Soak (only with -w soak; make soak): -soak-events events through W1
 //     (one instance delivering while the writers write), then a backlog of
 //     as many drained by one instance, with a line every -soak-every: rates,
@@ -54,48 +61,57 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/dispatch"
+	"github.com/outboxkit/outbox/internal/procstat"
 	"github.com/outboxkit/outbox/poller"
 )
 
 // config is the command line.
 type config struct {
-	dbs, workloads string
-	orderedKeys    []int // W1: also run ordered over each of these key counts
-	pgx            bool  // PostgreSQL W1 and W2: also run on pgx (pgxtx, pgxpool)
-	rawDone        bool  // W1: also run the raw INSERT with raw DONE batches (always on SQLite)
-	w1Events       int
-	rounds         int
-	writers        int
-	w2Events       int
-	workers        int
-	hotQueue       int
-	coldQueue      int
-	pollBatch      int
-	pollMaxBatch   int
-	pollInterval   time.Duration
-	doneBatch      int
-	doneLinger     time.Duration
-	noYield        bool
-	deleteDone     bool
-	rawBatch       int
-	conns          int
-	every          time.Duration
-	timeout        time.Duration
-	jsonOut        string
-	cpuProfile     string
-	fillfactor     int
-	noAutovacuum   bool
-	noRaw          bool
-	vacuumEvery    time.Duration
-	busyInterval   time.Duration
-	noWake         bool
-	w4Events       int
-	soakEvents     int
-	soakEvery      time.Duration
-	w4Rate         int
-	w4Writers      int
-	w4Idle         time.Duration
-	w4Settle       time.Duration
+	dbs, workloads  string
+	orderedKeys     []int // W1: also run ordered over each of these key counts
+	pgx             bool  // PostgreSQL W1 and W2: also run on pgx (pgxtx, pgxpool)
+	rawDone         bool  // W1: also run the raw INSERT with raw DONE batches (always on SQLite)
+	w1Only          string
+	w1Events        int
+	rounds          int
+	writers         int
+	w2Events        int
+	workers         int
+	hotQueue        int
+	coldQueue       int
+	pollBatch       int
+	pollMaxBatch    int
+	pollInterval    time.Duration
+	doneBatch       int
+	doneLinger      time.Duration
+	noYield         bool
+	deleteDone      bool
+	rawBatch        int
+	conns           int
+	every           time.Duration
+	timeout         time.Duration
+	jsonOut         string
+	cpuProfile      string
+	memProfile      string
+	fillfactor      int
+	noAutovacuum    bool
+	noRaw           bool
+	vacuumEvery     time.Duration
+	busyInterval    time.Duration
+	noWake          bool
+	w4Events        int
+	soakEvents      int
+	soakEvery       time.Duration
+	soakPerTx       int
+	listenerDelay   time.Duration
+	w4Rate          int
+	w4Writers       int
+	w4Idle          time.Duration
+	w4Settle        time.Duration
+	partitioned     bool
+	partInterval    time.Duration
+	partAhead       int
+	partPurgeEvents int
 }
 
 // poolSize returns the connections of one instance's pool.
@@ -117,14 +133,17 @@ func (c *config) applyDispatch(d *dispatch.Config) {
 func main() {
 	var c config
 	flag.StringVar(&c.dbs, "db", "sqlite,postgres,mysql", "databases, comma-separated (servers without their DSN variable are skipped)")
-	flag.StringVar(&c.workloads, "w", "w1,w2,w3", "workloads, comma-separated: w1, w2, w3, w4, soak")
+	flag.StringVar(&c.workloads, "w", "w1,w2,w3", "workloads, comma-separated: w1, w2, w3, w4, soak, part")
 	flag.IntVar(&c.soakEvents, "soak-events", 10000000, "soak: events through W1, then as many through W2")
 	flag.DurationVar(&c.soakEvery, "soak-every", time.Minute, "soak: reporting window")
+	flag.DurationVar(&c.listenerDelay, "listener-delay", 0, "W2/W3: each listener call waits this long, as a call over the network would (0: returns at once)")
+	flag.IntVar(&c.soakPerTx, "soak-per-tx", 1, "soak W1: events per business transaction (W1's shape is 1; more lets 10M events through in minutes, not hours)")
 	flag.IntVar(&c.w1Events, "w1-events", 60000, "W1: business transactions (one event each)")
 	flag.IntVar(&c.rounds, "rounds", 3, "W1: alternate the raw baseline and the outbox runs in this many rounds")
 	flag.IntVar(&c.writers, "writers", 16, "W1: concurrent writers")
 	orderedKeys := flag.String("ordered-keys", "1000,10", "W1: also run with ordering on over these numbers of keys, comma-separated (\"\": none)")
 	flag.BoolVar(&c.pgx, "pgx", true, "PostgreSQL W1 and W2: also run an instance on pgx (writes in pgxtx transactions, background side on the same pgxpool)")
+	flag.StringVar(&c.w1Only, "w1-only", "", "W1: run only the rows whose name starts with this (\"business\", \"raw INSERT\", \"outbox\"), and no floor (to measure one row alone, e.g. under perf stat; the ratios are then to the first row run)")
 	flag.BoolVar(&c.rawDone, "raw-done", false, "W1: also run the raw INSERT with a marker setting the rows DONE in batches like the dispatcher's (always on SQLite, where one connection writes)")
 	flag.IntVar(&c.w2Events, "w2-events", 100000, "W2: pending rows in the backlog (1000000 for the memory check)")
 	large := flag.Bool("large", false, "W2 with 1,000,000 pending rows (same as -w2-events 1000000)")
@@ -155,6 +174,11 @@ func main() {
 	flag.IntVar(&c.fillfactor, "fillfactor", 0, "W2 on PostgreSQL: the outbox tables' fillfactor (0: the server default, 100)")
 	flag.DurationVar(&c.vacuumEvery, "vacuum-every", 0, "W2 on PostgreSQL: VACUUM the outbox table this often during a drain (0: never; autovacuum as configured)")
 	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	flag.BoolVar(&c.partitioned, "partitioned", false, "PostgreSQL: every workload on partitioned tables (postgres.Config.Partitions; see -part-interval, -part-ahead)")
+	flag.DurationVar(&c.partInterval, "part-interval", 24*time.Hour, "partitioned tables: the span of one partition")
+	flag.IntVar(&c.partAhead, "part-ahead", 29, "partitioned tables: partitions made ahead (a table has this many + 1 time partitions)")
+	flag.IntVar(&c.partPurgeEvents, "part-purge-events", 200000, "part: old DONE rows the purge removes")
+	flag.StringVar(&c.memProfile, "memprofile", "", "write the allocations of the whole run (go tool pprof -sample_index=alloc_objects) to this file")
 	flag.Parse()
 	for _, f := range strings.Split(*orderedKeys, ",") {
 		if f = strings.TrimSpace(f); f == "" {
@@ -170,7 +194,7 @@ func main() {
 	if *large {
 		c.w2Events = 1000000
 	}
-	if c.rounds < 1 || c.w1Events < c.rounds || c.writers < 1 || c.w2Events < 1 || c.w4Events < 1 || c.w4Rate < 1 || c.w4Writers < 1 || c.soakEvents < 1 || c.soakEvery <= 0 {
+	if c.rounds < 1 || c.w1Events < c.rounds || c.writers < 1 || c.w2Events < 1 || c.w4Events < 1 || c.w4Rate < 1 || c.w4Writers < 1 || c.soakEvents < 1 || c.soakEvery <= 0 || c.soakPerTx < 1 || c.listenerDelay < 0 {
 		fmt.Fprintln(os.Stderr, "bench: -rounds, -writers, -w1-events, -w2-events, -w4-events, -w4-rate and -w4-writers must be positive, and -w1-events at least -rounds")
 		os.Exit(2)
 	}
@@ -219,6 +243,13 @@ func run(c *config) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if c.memProfile != "" {
+		defer func() {
+			if err := writeHeapProfile(c.memProfile); err != nil {
+				fmt.Fprintf(os.Stderr, "bench: -memprofile: %v\n", err)
+			}
+		}()
+	}
 	tgs, err := targets(c.dbs)
 	if err != nil {
 		return err
@@ -231,7 +262,7 @@ func run(c *config) error {
 	wl := map[string]bool{}
 	for w := range strings.SplitSeq(c.workloads, ",") {
 		switch w = strings.TrimSpace(strings.ToLower(w)); w {
-		case "w1", "w2", "w3", "w4", "soak":
+		case "w1", "w2", "w3", "w4", "soak", "part":
 			wl[w] = true
 		case "":
 		default:
@@ -242,7 +273,7 @@ func run(c *config) error {
 	flag.VisitAll(func(f *flag.Flag) { flags = append(flags, "-"+f.Name+"="+f.Value.String()) })
 	rep := report{Machine: machine{
 		Cores: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
-		OS: runtime.GOOS + "/" + runtime.GOARCH, LoadStart: loadAvg(), Started: time.Now(),
+		OS: runtime.GOOS + "/" + runtime.GOARCH, LoadStart: procstat.LoadAvg(), Started: time.Now(),
 		Flags: strings.Join(flags, " "),
 	}}
 	fmt.Printf("outbox bench: %d cores (GOMAXPROCS %d), %s %s, load average %s\n",
@@ -274,6 +305,13 @@ func run(c *config) error {
 		reachable = append(reachable, tg)
 	}
 	tgs = reachable
+	if c.partitioned {
+		for i, tg := range tgs {
+			if tg.name == "postgres" {
+				tgs[i] = partitionedTarget(c, tg)
+			}
+		}
+	}
 	for _, tg := range tgs {
 		if wl["w1"] || wl["w3"] {
 			rs, err := runW1(ctx, c, tg, wl["w1"], wl["w3"])
@@ -296,6 +334,13 @@ func run(c *config) error {
 			}
 			rep.Results = append(rep.Results, rs...)
 		}
+		if wl["part"] {
+			rs, err := runPartition(ctx, c, tg)
+			if err != nil {
+				return fmt.Errorf("%s partitions: %w", tg.name, err)
+			}
+			rep.Results = append(rep.Results, rs...)
+		}
 		if wl["soak"] {
 			rs, err := runSoak(ctx, c, tg)
 			if err != nil {
@@ -304,7 +349,7 @@ func run(c *config) error {
 			rep.Results = append(rep.Results, rs...)
 		}
 	}
-	rep.Machine.LoadEnd = loadAvg()
+	rep.Machine.LoadEnd = procstat.LoadAvg()
 	rep.Machine.Seconds = time.Since(rep.Machine.Started).Seconds()
 	fmt.Printf("\ndone in %.0f s; load average at the end %s\n", rep.Machine.Seconds, rep.Machine.LoadEnd)
 	if c.jsonOut != "" {
@@ -317,4 +362,17 @@ func run(c *config) error {
 		}
 	}
 	return nil
+}
+
+// writeHeapProfile writes the allocations made since the start to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }

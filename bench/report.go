@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 )
 
@@ -26,6 +27,10 @@ type result struct {
 	// drivers and the workload's goroutines) used during the run; the rest
 	// of the two cores went to the database and other processes.
 	CPUSeconds float64 `json:"go_cpu_seconds"`
+	// ServerCPUSeconds is the CPU time the database server's processes
+	// used during the run, where the bench could read it (the server on
+	// this machine; W2 only): 0 for SQLite, -1 when unknown.
+	ServerCPUSeconds float64 `json:"server_cpu_seconds,omitempty"`
 	// Duplicates counts deliveries of an event already delivered.
 	Duplicates  int   `json:"duplicates"`
 	StoreErrors int64 `json:"store_errors"`
@@ -117,10 +122,10 @@ func printW2(tg *target, c *config, rs []result) {
 	if c.noRaw {
 		fmt.Printf("\nW2 backlog, %s: %d pending rows; no raw baseline (-no-raw)\n", tg.name, c.w2Events)
 	} else {
-		fmt.Printf("\nW2 backlog, %s: %d pending rows; ratio to the mean of the two raw claim-and-mark runs\n", tg.name, c.w2Events)
+		fmt.Printf("\nW2 backlog, %s: %d pending rows%s; ratio to the mean of the two raw claim-and-mark runs\n", tg.name, c.w2Events, listenerNote(c))
 	}
-	fmt.Printf("| %-30s | %9s | %5s | %-34s | %4s | %-17s | %5s |\n", "run", "events/s", "ratio", fmt.Sprintf("events/s per %s", c.every), "dups", "peak RSS (growth)", "Go µs")
-	fmt.Printf("|%s|%s|%s|%s|%s|%s|%s|\n", dashes(32), dashes(11), dashes(7), dashes(36), dashes(6), dashes(19), dashes(7))
+	fmt.Printf("| %-30s | %9s | %5s | %-34s | %4s | %-17s | %5s | %5s |\n", "run", "events/s", "ratio", fmt.Sprintf("events/s per %s", c.every), "dups", "peak RSS (growth)", "Go µs", "DB µs")
+	fmt.Printf("|%s|%s|%s|%s|%s|%s|%s|%s|\n", dashes(32), dashes(11), dashes(7), dashes(36), dashes(6), dashes(19), dashes(7), dashes(7))
 	for _, r := range rs {
 		series := kilos(r.Rates, 34)
 		rss := ""
@@ -131,8 +136,9 @@ func printW2(tg *target, c *config, rs []result) {
 		if r.Workload == "W2" && r.PeakRSSMiB > 0 {
 			dups = fmt.Sprint(r.Duplicates)
 		}
-		fmt.Printf("| %-30s | %9s | %5.2f | %-34s | %4s | %-17s | %5.1f |\n", r.Run, thousands(r.PerSec), r.Ratio, series, dups, rss, r.cpuPerEvent())
+		fmt.Printf("| %-30s | %9s | %5.2f | %-34s | %4s | %-17s | %5.1f | %5s |\n", r.Run, thousands(r.PerSec), r.Ratio, series, dups, rss, r.cpuPerEvent(), r.serverCPUPerEvent(tg))
 	}
+	fmt.Printf("  Go µs, DB µs: CPU time per event of the bench process and of the database server (PostgreSQL: the backends of the bench's connections; MariaDB: the whole server, other clients included; \"-\": SQLite runs inside the bench); on a quiet machine of %d cores a run reaches at most %d s / (Go µs + DB µs) events/s.\n", runtime.NumCPU(), runtime.NumCPU())
 	for _, r := range rs {
 		if len(r.Rates) > 0 && len(kilos(r.Rates, 1<<20)) > 34 {
 			fmt.Printf("  %s, events/s per %s: %s\n", r.Run, c.every, kilos(r.Rates, 1<<20))
@@ -187,5 +193,17 @@ func printStats(rs []result) {
 
 // cpuPerEvent returns the bench process's CPU microseconds per event.
 func (r result) cpuPerEvent() float64 { return r.CPUSeconds * 1e6 / float64(max(r.Events, 1)) }
+
+// serverCPUPerEvent formats the server's CPU µs per event, "?" when
+// unknown and "-" for SQLite.
+func (r result) serverCPUPerEvent(tg *target) string {
+	switch {
+	case tg.serverPIDs == nil:
+		return "-"
+	case r.ServerCPUSeconds < 0:
+		return "?"
+	}
+	return fmt.Sprintf("%.1f", r.ServerCPUSeconds*1e6/float64(max(r.Events, 1)))
+}
 
 func dashes(n int) string { return strings.Repeat("-", n) }

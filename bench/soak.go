@@ -56,16 +56,6 @@ func (w *latencyWindow) take() []time.Duration {
 	return out
 }
 
-// since returns the durations s collected after the first from, sorted, and
-// how many it has collected in all.
-func (s *opStats) since(from int) ([]time.Duration, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := slices.Clone(s.durs[min(from, len(s.durs)):])
-	slices.Sort(out)
-	return out, len(s.durs)
-}
-
 // soakListener delivers to the recorder and times each event from its
 // OccurredAt (set just before its transaction began).
 type soakListener struct {
@@ -82,14 +72,13 @@ func (l soakListener) Handle(ctx context.Context, ev core.Event) error {
 
 // soakReporter prints a soakWindow every interval until stopped.
 type soakReporter struct {
-	label                string
-	every                time.Duration
-	written, delivered   func() int64
-	cs                   *callStats
-	lat                  *latencyWindow
-	stop, done           chan struct{}
-	windows              []soakWindow
-	claimsSeen, doneSeen int
+	label              string
+	every              time.Duration
+	written, delivered func() int64
+	cs                 *callStats
+	lat                *latencyWindow
+	stop, done         chan struct{}
+	windows            []soakWindow
 }
 
 func startSoakReporter(label string, every time.Duration, written, delivered func() int64, cs *callStats, lat *latencyWindow) *soakReporter {
@@ -117,9 +106,9 @@ func (r *soakReporter) loop() {
 			at := now.Sub(start).Round(time.Second)
 			win := soakWindow{At: at, AtSeconds: at.Seconds(), WrittenPS: float64(w-lastW) / secs,
 				DeliverPS: float64(d-lastD) / secs, Backlog: max(w-d, 0), RSSMiB: float64(currentRSS()) / (1 << 20)}
-			var claims, done []time.Duration
-			claims, r.claimsSeen = r.cs.claims.since(r.claimsSeen)
-			done, r.doneSeen = r.cs.done.since(r.doneSeen)
+			claims, done := r.cs.claims.take(), r.cs.done.take()
+			r.cs.inserts.take() // not shown: dropped so that they do not pile up
+			r.cs.marks.take()
 			win.Claims, win.DoneBatches = len(claims), len(done)
 			win.ClaimP50Ms, win.ClaimP99Ms = ms(percentile(claims, 0.5)), ms(percentile(claims, 0.99))
 			win.DoneP99Ms = ms(percentile(done, 0.99))
@@ -168,7 +157,7 @@ func soakSummary(label string, ws []soakWindow, rate func(soakWindow) float64) s
 func runSoak(ctx context.Context, c *config, tg *target) ([]result, error) {
 	n := c.soakEvents
 	var rs []result
-	fmt.Printf("\n[%s] soak W1: %d transactions, %d writers, one instance, a line every %s\n", tg.name, n, c.writers, c.soakEvery)
+	fmt.Printf("\n[%s] soak W1: %d events, %d per transaction, %d writers, one instance, a line every %s\n", tg.name, n, c.soakPerTx, c.writers, c.soakEvery)
 	r1, ws1, err := soakW1(ctx, c, tg, n)
 	if err != nil {
 		return nil, fmt.Errorf("soak W1: %w", err)
@@ -206,8 +195,8 @@ func soakW1(ctx context.Context, c *config, tg *target, n int) (result, []soakWi
 	rec := newNumberedRecorder(n)
 	rec.reset()
 	lat := &latencyWindow{}
-	var cs callStats
-	in, err := openInstance(ctx, c, tg, newTimedStore(t.st, &cs, nil), c.poolSize(1), soakListener{rec: rec, lat: lat}, false)
+	cs := new(callStats).windowed()
+	in, err := openInstance(ctx, c, tg, newTimedStore(t.st, cs, nil), c.poolSize(1), soakListener{rec: rec, lat: lat}, false)
 	if err != nil {
 		return result{}, nil, err
 	}
@@ -216,17 +205,23 @@ func soakW1(ctx context.Context, c *config, tg *target, n int) (result, []soakWi
 		in.release()
 	}()
 	var written atomic.Int64
-	rep := startSoakReporter("W1", c.soakEvery, written.Load, rec.delivered.Load, &cs, lat)
+	rep := startSoakReporter("W1", c.soakEvery, written.Load, rec.delivered.Load, cs, lat)
 	start, cpu0 := time.Now(), cpuTime()
-	_, err = writeAll(ctx, n, c.writers, func(_, i int) error {
-		env, err := core.NewEnvelope(core.EnvelopeSpec{ID: numberedID(i), Type: orderPlaced, AggregateType: orderAgg,
-			AggregateID: fmt.Sprintf("o-%09d", i), JSON: payload(i)})
-		if err != nil {
-			return err
+	per := c.soakPerTx
+	_, err = writeAll(ctx, (n+per-1)/per, c.writers, func(_, j int) error {
+		first := j * per
+		envs := make([]core.Envelope, 0, per)
+		for i := first; i < min(first+per, n); i++ {
+			env, err := core.NewEnvelope(core.EnvelopeSpec{ID: numberedID(i), Type: orderPlaced, AggregateType: orderAgg,
+				AggregateID: fmt.Sprintf("o-%09d", i), JSON: payload(i)})
+			if err != nil {
+				return err
+			}
+			envs = append(envs, env)
 		}
-		err = in.placeOrder(ctx, tg, bizInsert, i, env, nil)
+		err := in.placeOrder(ctx, tg, bizInsert, first, envs, nil)
 		if err == nil {
-			written.Add(1)
+			written.Add(int64(len(envs)))
 		}
 		return err
 	})
@@ -266,11 +261,11 @@ func soakW2(ctx context.Context, c *config, tg *target, n int) (result, []soakWi
 	}
 	rec := newNumberedRecorder(n)
 	rec.reset()
-	var cs callStats
+	cs := new(callStats).windowed()
 	total := int64(n)
-	rep := startSoakReporter("W2", c.soakEvery, func() int64 { return total }, rec.delivered.Load, &cs, nil)
+	rep := startSoakReporter("W2", c.soakEvery, func() int64 { return total }, rec.delivered.Load, cs, nil)
 	start, cpu0 := time.Now(), cpuTime()
-	in, err := openInstance(ctx, c, tg, newTimedStore(t.st, &cs, nil), c.poolSize(1), soakListener{rec: rec}, false)
+	in, err := openInstance(ctx, c, tg, newTimedStore(t.st, cs, nil), c.poolSize(1), soakListener{rec: rec}, false)
 	if err != nil {
 		rep.finish()
 		return result{}, nil, err

@@ -15,14 +15,20 @@ import (
 type opStats struct {
 	mu    sync.Mutex
 	durs  []time.Duration
+	calls int
 	rows  int
 	fails int
+	// windowed: durs holds only the durations since the soak's reporter
+	// last took them (take), so that a run of millions of calls keeps no
+	// growing record; String then reports counts only.
+	windowed bool
 }
 
 func (s *opStats) add(d time.Duration, rows int, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.durs = append(s.durs, d)
+	s.calls++
 	s.rows += rows
 	if err != nil {
 		s.fails++
@@ -32,16 +38,29 @@ func (s *opStats) add(d time.Duration, rows int, err error) {
 func (s *opStats) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.durs) == 0 {
+	if s.calls == 0 {
 		return "none"
 	}
-	d := slices.Clone(s.durs)
-	slices.Sort(d)
-	out := fmt.Sprintf("%d calls, %.1f rows/call, p50 %.2f ms, p99 %.2f ms", len(d), float64(s.rows)/float64(len(d)),
-		ms(percentile(d, 0.5)), ms(percentile(d, 0.99)))
+	out := fmt.Sprintf("%d calls, %.1f rows/call", s.calls, float64(s.rows)/float64(s.calls))
+	if !s.windowed {
+		d := slices.Clone(s.durs)
+		slices.Sort(d)
+		out += fmt.Sprintf(", p50 %.2f ms, p99 %.2f ms", ms(percentile(d, 0.5)), ms(percentile(d, 0.99)))
+	}
 	if s.fails > 0 {
 		out += fmt.Sprintf(", %d failed", s.fails)
 	}
+	return out
+}
+
+// take returns, sorted, the durations s collected since the last take, and
+// forgets them (see windowed).
+func (s *opStats) take() []time.Duration {
+	s.mu.Lock()
+	out := s.durs
+	s.durs = make([]time.Duration, 0, len(out))
+	s.mu.Unlock()
+	slices.Sort(out)
 	return out
 }
 
@@ -49,10 +68,19 @@ func (s *opStats) String() string {
 // its rounds.
 type callStats struct{ inserts, claims, done, marks opStats }
 
+// windowed makes every kind keep its durations only until the soak's
+// reporter takes them.
+func (cs *callStats) windowed() *callStats {
+	for _, s := range []*opStats{&cs.inserts, &cs.claims, &cs.done, &cs.marks} {
+		s.windowed = true
+	}
+	return cs
+}
+
 func (cs *callStats) String() string {
 	out := "inserts: " + cs.inserts.String() + "; claims: " + cs.claims.String() + "; DONE batches: " + cs.done.String()
 	cs.marks.mu.Lock()
-	single := len(cs.marks.durs) > 0
+	single := cs.marks.calls > 0
 	cs.marks.mu.Unlock()
 	if single {
 		out += "; single MarkDone: " + cs.marks.String()

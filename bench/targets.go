@@ -10,11 +10,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/procstat"
 	"github.com/outboxkit/outbox/store"
 	"github.com/outboxkit/outbox/store/mysql"
 	"github.com/outboxkit/outbox/store/postgres"
@@ -40,7 +42,83 @@ type target struct {
 	encodeTime func(time.Time) any
 	// analyze refreshes the planner statistics of a table ("" when not needed).
 	analyze string
-	cleanup func()
+	// serverPIDs lists the database server's processes that serve the
+	// bench, whose CPU time the runs report when they run on this machine:
+	// on PostgreSQL the backends of the bench's connections, on MariaDB the
+	// whole server (other clients included); nil for SQLite, which runs
+	// inside the bench.
+	serverPIDs func() []int
+	cleanup    func()
+	// partitioned: PostgreSQL stores on partitioned tables (-partitioned,
+	// -w part).
+	partitioned bool
+}
+
+// cpuUse is CPU time used by the bench process and by the database
+// server's processes that serve it, per process (nil: unknown, or SQLite,
+// which runs inside the bench).
+type cpuUse struct {
+	self   time.Duration
+	server map[int]time.Duration
+}
+
+// cpu reads the CPU time used so far by this process and tg's server.
+func (tg *target) cpu() cpuUse {
+	u := cpuUse{self: cpuTime()}
+	if tg.serverPIDs == nil {
+		return u
+	}
+	for _, pid := range tg.serverPIDs() {
+		t, err := procstat.Read(strconv.Itoa(pid))
+		if err != nil {
+			continue // exited meanwhile
+		}
+		if u.server == nil {
+			u.server = map[int]time.Duration{}
+		}
+		u.server[pid] = t.Self + t.Children
+	}
+	return u
+}
+
+// since returns the CPU time used between u and now, as seconds for a
+// result: bench, then server (-1 when unknown). A server process that
+// appeared meanwhile (a new connection's backend) counts from zero; one
+// that exited meanwhile is lost, which the bench's pools, open for the
+// whole of a run, avoid.
+func (tg *target) since(u cpuUse) (self, server float64) {
+	now := tg.cpu()
+	self = (now.self - u.self).Seconds()
+	if now.server == nil || u.server == nil {
+		return self, -1
+	}
+	var d time.Duration
+	for pid, t := range now.server {
+		d += t - u.server[pid]
+	}
+	return self, d.Seconds()
+}
+
+// pgBackends returns a serverPIDs for PostgreSQL: the backends of this
+// bench's connections, found by their application_name (PGAPPNAME, which
+// the bench sets to one of its own when it is not set), or none when they
+// cannot be read (the server on another machine, an application_name set
+// in the DSN).
+func pgBackends(dsn string) func() []int {
+	var once sync.Once
+	var db *sql.DB
+	return func() []int {
+		once.Do(func() {
+			if d, err := postgres.Open(dsn); err == nil {
+				d.SetMaxOpenConns(1)
+				db = d
+			}
+		})
+		if db == nil {
+			return nil
+		}
+		return procstat.PGBackends(context.Background(), db, os.Getenv("PGAPPNAME"))
+	}
 }
 
 // uniqueName returns a table name no other run uses.
@@ -91,6 +169,9 @@ func targets(list string) ([]*target, error) {
 				fmt.Println("note: OUTBOX_POSTGRES_DSN is not set; skipping PostgreSQL")
 				continue
 			}
+			if os.Getenv("PGAPPNAME") == "" {
+				_ = os.Setenv("PGAPPNAME", fmt.Sprintf("outbox-bench-%d", os.Getpid()))
+			}
 			out = append(out, &target{
 				name: "postgres",
 				open: func(conns int) (*sql.DB, error) {
@@ -111,6 +192,7 @@ func targets(list string) ([]*target, error) {
 				pending: "status IN (0, 2)", numbered: true,
 				encodeTime: func(t time.Time) any { return utcMicro(t) },
 				analyze:    "ANALYZE %s",
+				serverPIDs: pgBackends(dsn),
 			})
 		case "mysql":
 			dsn := os.Getenv("OUTBOX_MYSQL_DSN")
@@ -130,6 +212,7 @@ func targets(list string) ([]*target, error) {
 				pending:    "lane = 0",
 				encodeTime: func(t time.Time) any { return utcMicro(t) },
 				analyze:    "ANALYZE TABLE %s",
+				serverPIDs: func() []int { return procstat.Named("mariadbd", "mysqld") },
 			})
 		case "":
 		default:

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -220,7 +222,7 @@ func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instance
 		if err != nil {
 			return err
 		}
-		return in.placeOrder(ctx, tg, bizInsert, i, env, func() { rec.commit(i) })
+		return in.placeOrder(ctx, tg, bizInsert, i, []core.Envelope{env}, func() { rec.commit(i) })
 	})
 	if err != nil {
 		return result{}, w1Latencies{}, err
@@ -251,11 +253,11 @@ func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instance
 // behind an unfinished one of their key.
 type w1Latencies struct{ heads, waited []time.Duration }
 
-// placeOrder is one W1 business transaction on in: business row i and env,
-// through the instance's transaction manager and writer. committed, when
-// not nil, runs right after COMMIT, before the writer's hook hands env to
-// the hot path.
-func (in *instance) placeOrder(ctx context.Context, tg *target, bizInsert string, i int, env core.Envelope, committed func()) error {
+// placeOrder is one W1 business transaction on in: business row i and
+// envs (W1 writes one, the soak may write several), through the
+// instance's transaction manager and writer. committed, when not nil, runs
+// right after COMMIT, before the writer's hook hands envs to the hot path.
+func (in *instance) placeOrder(ctx context.Context, tg *target, bizInsert string, i int, envs []core.Envelope, committed func()) error {
 	return in.do(ctx, func(ctx context.Context) error {
 		tx, ok := core.TxFromContext(ctx)
 		if !ok {
@@ -269,7 +271,11 @@ func (in *instance) placeOrder(ctx context.Context, tg *target, bizInsert string
 			// Registered before the writer's hook, so it runs first.
 			tx.AfterCommit(func(context.Context) { committed() })
 		}
-		_, err := in.w.Write(ctx, env)
+		if len(envs) == 1 {
+			_, err := in.w.Write(ctx, envs[0])
+			return err
+		}
+		_, err := in.w.WriteAll(ctx, envs)
 		return err
 	})
 }
@@ -307,9 +313,12 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 	per := c.w1Events / c.rounds
 	data := newW1Data(per)
 	fmt.Printf("\n[%s] W1 live: %d transactions in %d rounds, %d writers\n", tg.name, per*c.rounds, c.rounds, c.writers)
-	floor, err := w1Baseline(ctx, c, tg, data, false)
-	if err != nil {
-		return nil, fmt.Errorf("business only: %w", err)
+	var floor result
+	if c.w1Only == "" {
+		var err error
+		if floor, err = w1Baseline(ctx, c, tg, data, false); err != nil {
+			return nil, fmt.Errorf("business only: %w", err)
+		}
 	}
 	type kind struct {
 		name      string
@@ -320,6 +329,7 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 		rounds    []result
 		lat       w1Latencies
 		stats     callStats
+		counted   counters // process counters over its rounds
 	}
 	kinds := []*kind{{name: "business + raw outbox INSERT"}}
 	if tg.name == "sqlite" || c.rawDone {
@@ -337,22 +347,38 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 	for _, keys := range c.orderedKeys {
 		kinds = append(kinds, &kind{name: fmt.Sprintf("outbox ordered, %d keys, 1 instance", keys), instances: 1, keys: keys})
 	}
+	if c.w1Only != "" {
+		kinds = slices.DeleteFunc(kinds, func(k *kind) bool { return !strings.HasPrefix(k.name, c.w1Only) })
+		if len(kinds) == 0 {
+			return nil, fmt.Errorf("-w1-only %q: no W1 row's name starts with it", c.w1Only)
+		}
+	}
 	for round := range c.rounds {
 		for _, k := range kinds {
 			fmt.Printf("    round %d: %s ...\n", round+1, k.name)
-			var r result
-			var lat w1Latencies
-			switch {
-			case k.rawDone:
-				r, err = w1RawDone(ctx, c, tg, data)
-			case k.instances == 0:
-				r, err = w1Baseline(ctx, c, tg, data, true)
-			default:
-				r, lat, err = w1Outbox(ctx, c, tg, data, k.instances, k.keys, k.pgx, &k.stats)
-			}
+			var (
+				r   result
+				lat w1Latencies
+				err error
+			)
+			// Labelled, so that a profile (-cpuprofile) tells the runs apart:
+			// go tool pprof -tagfocus 'w1=^outbox. 1 instance' ... (a comma
+			// would split the pattern in two).
+			before := readCounters()
+			pprof.Do(ctx, pprof.Labels("w1", k.name), func(ctx context.Context) {
+				switch {
+				case k.rawDone:
+					r, err = w1RawDone(ctx, c, tg, data)
+				case k.instances == 0:
+					r, err = w1Baseline(ctx, c, tg, data, true)
+				default:
+					r, lat, err = w1Outbox(ctx, c, tg, data, k.instances, k.keys, k.pgx, &k.stats)
+				}
+			})
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", k.name, err)
 			}
+			k.counted = k.counted.add(readCounters().sub(before))
 			k.rounds = append(k.rounds, r)
 			k.lat.heads = append(k.lat.heads, lat.heads...)
 			k.lat.waited = append(k.lat.waited, lat.waited...)
@@ -361,6 +387,9 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 	floor.Run = "business row only (floor)"
 	floor.Rounds, floor.RoundRates = 1, []float64{floor.PerSec}
 	rs := []result{floor}
+	if c.w1Only != "" {
+		rs = nil
+	}
 	for _, k := range kinds {
 		var lat []time.Duration
 		if k.instances > 0 {
@@ -380,7 +409,7 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 		}
 		rs = append(rs, r)
 	}
-	base := rs[1].PerSec
+	base := rs[min(1, len(rs)-1)].PerSec
 	unordered := 0.0
 	for _, r := range rs {
 		if r.Run == "outbox, 1 instance" {
@@ -389,12 +418,16 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 	}
 	for i := range rs {
 		rs[i].DB, rs[i].Workload = tg.name, "W1"
-		rs[i].Baseline = rs[1].Run
+		rs[i].Baseline = rs[min(1, len(rs)-1)].Run
 		rs[i].Ratio = rs[i].PerSec / base
 		if rs[i].Keys > 0 && unordered > 0 {
 			rs[i].VsUnordered = rs[i].PerSec / unordered
 		}
 	}
 	printW1(tg, c, rs)
+	fmt.Println("  Per event, whole process, each run's setup included:")
+	for _, k := range kinds {
+		fmt.Printf("    %s: %s\n", k.name, k.counted.perEvent(per*c.rounds))
+	}
 	return rs, nil
 }

@@ -110,7 +110,7 @@ func w2Baseline(ctx context.Context, c *config, tmpl *table, n int) (result, err
 	stopVacuum := startVacuum(ctx, c, t)
 	defer stopVacuum()
 	s := startSampler(tg.name+" raw claim+mark", c.every, done.Load)
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0 := time.Now(), tg.cpu()
 	for {
 		if err := ctx.Err(); err != nil {
 			s.finish()
@@ -152,7 +152,8 @@ func w2Baseline(ctx context.Context, c *config, tmpl *table, n int) (result, err
 	if got := done.Load(); got != int64(n) {
 		return result{}, fmt.Errorf("raw loop marked %d rows DONE, want %d", got, n)
 	}
-	return result{Events: n, Seconds: elapsed.Seconds(), CPUSeconds: (cpuTime() - cpu0).Seconds(),
+	self, server := tg.since(cpu0)
+	return result{Events: n, Seconds: elapsed.Seconds(), CPUSeconds: self, ServerCPUSeconds: server,
 		PerSec: float64(n) / elapsed.Seconds(), Rates: rates, EndStart: endStart(rates)}, nil
 }
 
@@ -180,9 +181,13 @@ func w2Outbox(ctx context.Context, c *config, tmpl *table, rec *recorder, instan
 	}()
 	label := fmt.Sprintf("%s outbox x%d", t.tg.name, instances)
 	st := newTimedStore(t.st, cs, nil)
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0 := time.Now(), t.tg.cpu()
+	var l core.Listener = rec
+	if c.listenerDelay > 0 {
+		l = slowListener{rec, c.listenerDelay}
+	}
 	for range instances {
-		in, err := openInstance(ctx, c, t.tg, st, c.poolSize(instances), rec, onPgx)
+		in, err := openInstance(ctx, c, t.tg, st, c.poolSize(instances), l, onPgx)
 		if err != nil {
 			return result{}, err
 		}
@@ -196,7 +201,8 @@ func w2Outbox(ctx context.Context, c *config, tmpl *table, rec *recorder, instan
 	if err != nil {
 		return result{}, err
 	}
-	elapsed, cpu := doneAt.Sub(start), cpuTime()-cpu0
+	elapsed := doneAt.Sub(start)
+	cpu, serverCPU := t.tg.since(cpu0)
 	peak := peakRSS()
 	var storeErrors int64
 	for _, in := range ins {
@@ -211,8 +217,36 @@ func w2Outbox(ctx context.Context, c *config, tmpl *table, rec *recorder, instan
 	}
 	n := rec.n
 	return result{Run: run, Events: n, Seconds: elapsed.Seconds(), PerSec: float64(n) / elapsed.Seconds(),
-		Duplicates: rec.duplicates(), Rates: rates, EndStart: endStart(rates), StoreErrors: storeErrors, StoreStats: cs.String(), CPUSeconds: cpu.Seconds(),
+		Duplicates: rec.duplicates(), Rates: rates, EndStart: endStart(rates), StoreErrors: storeErrors, StoreStats: cs.String(), CPUSeconds: cpu, ServerCPUSeconds: serverCPU,
 		PeakRSSMiB: float64(peak) / (1 << 20), RSSGrowthMiB: float64(peak-rssBefore) / (1 << 20)}, nil
+}
+
+// listenerNote says how the listener of W2 and W3 behaves, when not at
+// once.
+func listenerNote(c *config) string {
+	if c.listenerDelay <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("; each listener call waits %s (-listener-delay), %d workers per instance", c.listenerDelay, c.workers)
+}
+
+// slowListener waits d before recording each event, as a listener that
+// calls a remote service would: the drain is then bound by the workers'
+// waiting, not by CPU.
+type slowListener struct {
+	rec *recorder
+	d   time.Duration
+}
+
+func (l slowListener) Handle(ctx context.Context, ev core.Event) error {
+	t := time.NewTimer(l.d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return l.rec.Handle(ctx, ev)
 }
 
 // runW2 fills one backlog, then drains copies of it with the raw baseline,
@@ -221,7 +255,7 @@ func w2Outbox(ctx context.Context, c *config, tmpl *table, rec *recorder, instan
 // so that a change in the machine's load shows up in both. It prints their
 // table.
 func runW2(ctx context.Context, c *config, tg *target, w2, w3 bool) ([]result, error) {
-	fmt.Printf("\n[%s] W2 backlog: %d pending rows\n", tg.name, c.w2Events)
+	fmt.Printf("\n[%s] W2 backlog: %d pending rows%s\n", tg.name, c.w2Events, listenerNote(c))
 	admin, err := tg.open(4)
 	if err != nil {
 		return nil, err

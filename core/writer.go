@@ -243,15 +243,20 @@ func (w *Writer) write(ctx context.Context, db DBTX, envs []Envelope) ([]string,
 		return nil, nil
 	}
 	ids := make([]string, len(envs))
-	seen := make(map[string]struct{}, len(envs))
+	var seen map[string]struct{} // a write of one event has no duplicate
+	if len(envs) > 1 {
+		seen = make(map[string]struct{}, len(envs))
+	}
 	for i, env := range envs {
 		if err := env.Validate(); err != nil {
 			return nil, fmt.Errorf("write event %d: %w", i, err)
 		}
-		if _, dup := seen[env.id]; dup {
-			return nil, fmt.Errorf("write event %d: %w: %s appears twice in one write", i, ErrDuplicateEvent, env.id)
+		if seen != nil {
+			if _, dup := seen[env.id]; dup {
+				return nil, fmt.Errorf("write event %d: %w: %s appears twice in one write", i, ErrDuplicateEvent, env.id)
+			}
+			seen[env.id] = struct{}{}
 		}
-		seen[env.id] = struct{}{}
 		ids[i] = env.id
 	}
 	tx, hasCallbacks := db.(Tx)

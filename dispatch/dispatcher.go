@@ -28,7 +28,7 @@ type Dispatcher struct {
 	owner string
 	log   zerolog.Logger
 
-	hot, cold chan core.Event
+	hot, cold chan item           // queued events with their entries; see inflight.go
 	tick      atomic.Uint64       // weighted round-robin position shared by all workers
 	inflight  *inflight           // what the dispatcher holds; see inflight.go
 	batch     *doneBatcher        // nil: DONE outcomes are written one by one
@@ -63,8 +63,8 @@ func New(cfg Config) (*Dispatcher, error) {
 		cfg:      cfg,
 		owner:    cfg.Owner,
 		log:      logging.Resolve(cfg.Logger, cfg.Slog).With().Str("component", "outbox.dispatcher").Logger(),
-		hot:      make(chan core.Event, cfg.HotQueueSize),
-		cold:     make(chan core.Event, cfg.ColdQueueSize),
+		hot:      make(chan item, cfg.HotQueueSize),
+		cold:     make(chan item, cfg.ColdQueueSize),
 		inflight: newInflight(),
 		retrying: make(chan struct{}),
 		pending:  newPendingWrites(),
@@ -178,12 +178,12 @@ func (d *Dispatcher) Close(ctx context.Context) error { return d.life.Close(ctx)
 // the background retry's.
 func (d *Dispatcher) releaseQueued(ctx context.Context) error {
 	var queued []core.Event
-	for _, q := range []chan core.Event{d.hot, d.cold} {
+	for _, q := range []chan item{d.hot, d.cold} {
 	drain:
 		for {
 			select {
-			case ev := <-q:
-				queued = append(queued, ev)
+			case it := <-q:
+				queued = append(queued, it.ev)
 			default:
 				break drain
 			}

@@ -84,7 +84,8 @@ const (
 	reopening                   // a RETRY is being written
 )
 
-// entry is one held event.
+// entry is one held event. The queues carry it beside its event (item), so
+// that the worker that takes it needs no look-up by id.
 type entry struct {
 	id, owner string
 	seq       int64 // the event's position in its key; 0: unordered
@@ -92,6 +93,15 @@ type entry struct {
 	leasedAt  time.Time               // when its lease was last set: claim, insert or renewal
 	cancel    context.CancelCauseFunc // cancels the listener while it runs; nil otherwise
 	lost      bool                    // a renewal found the lease lost
+	// gone: the entry left ids (written, given up, lost, replaced by a new
+	// claim or untracked): f.ids[id] != e, known without a look-up.
+	gone bool
+}
+
+// item is what the queues carry: an event and its entry.
+type item struct {
+	ev core.Event
+	e  *entry
 }
 
 type tomb struct {
@@ -118,7 +128,7 @@ const (
 // offer queues ev on q without blocking and tracks its id, unless the id is
 // held already, intake has stopped, q is full or the offer is a stale claim
 // of an event that has just left (see inflight).
-func (f *inflight) offer(q chan<- core.Event, ev core.Event) offerResult {
+func (f *inflight) offer(q chan<- item, ev core.Event) offerResult {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	id := ev.ID()
@@ -137,10 +147,14 @@ func (f *inflight) offer(q chan<- core.Event, ev core.Event) offerResult {
 		}
 		delete(f.tombs, id)
 	}
+	e := &entry{id: id, owner: ev.LockedBy, leasedAt: ev.LockedAt, seq: ev.Seq}
 	select {
-	case q <- ev:
-		// Under f.mu: the worker that takes ev cannot look it up first.
-		f.ids[id] = &entry{id: id, owner: ev.LockedBy, leasedAt: ev.LockedAt, seq: ev.Seq}
+	case q <- item{ev, e}:
+		// Under f.mu: the worker that takes e cannot begin it first.
+		if dup {
+			old.gone = true // replaced: its pending write is no longer current
+		}
+		f.ids[id] = e
 		return queued
 	default:
 		return refused
@@ -155,16 +169,17 @@ func (f *inflight) held(id string) bool {
 	return ok
 }
 
-// begin returns the entry of id, taken from a queue, and records cancel as
-// its listener's; nil when the entry left meanwhile (its lease was lost).
-func (f *inflight) begin(id string, cancel context.CancelCauseFunc) *entry {
+// begin records cancel as the listener's of e, taken from a queue, and
+// reports whether e is still held: false when it left meanwhile (its lease
+// was lost).
+func (f *inflight) begin(e *entry, cancel context.CancelCauseFunc) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	e := f.ids[id]
-	if e != nil {
-		e.cancel = cancel
+	if e.gone {
+		return false
 	}
-	return e
+	e.cancel = cancel
+	return true
 }
 
 // writing moves e, whose delivery is over, to the state of the outcome
@@ -174,7 +189,7 @@ func (f *inflight) writing(e *entry, s entryState) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	e.cancel = nil
-	if e.lost || f.ids[e.id] != e {
+	if e.lost || e.gone {
 		return false
 	}
 	e.state = s
@@ -186,7 +201,30 @@ func (f *inflight) writing(e *entry, s entryState) bool {
 func (f *inflight) current(e *entry) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.ids[e.id] == e
+	return !e.gone
+}
+
+// currentOf returns the ops of ops whose entries are current, in order, in
+// ops' own array: one lock for a batch.
+func (f *inflight) currentOf(ops []writeOp) []writeOp {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	kept := ops[:0]
+	for _, op := range ops {
+		if !op.e.gone {
+			kept = append(kept, op)
+		}
+	}
+	return kept
+}
+
+// doneAll is done for the entries of ops, under one lock.
+func (f *inflight) doneAll(ops []writeOp) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, op := range ops {
+		f.removeLocked(op.e)
+	}
 }
 
 // done removes e once its outcome is written (or given up): a no-op when e
@@ -198,9 +236,10 @@ func (f *inflight) done(e *entry) {
 }
 
 func (f *inflight) removeLocked(e *entry) {
-	if f.ids[e.id] != e {
+	if e.gone {
 		return
 	}
+	e.gone = true
 	delete(f.ids, e.id)
 	if f.lease <= 0 {
 		return
@@ -261,7 +300,7 @@ func (f *inflight) renewed(es []*entry, lost []string, now time.Time) int {
 	defer f.mu.Unlock()
 	n := 0
 	for _, e := range es {
-		if f.ids[e.id] != e {
+		if e.gone {
 			continue // left or replaced meanwhile
 		}
 		if !gone[e.id] {
@@ -284,15 +323,22 @@ func (f *inflight) renewed(es []*entry, lost []string, now time.Time) int {
 // Used for events it gives back (lease released) without delivering them.
 func (f *inflight) untrack(id string) {
 	f.mu.Lock()
-	delete(f.ids, id)
+	f.untrackLocked(id)
 	f.mu.Unlock()
+}
+
+func (f *inflight) untrackLocked(id string) {
+	if e, ok := f.ids[id]; ok {
+		e.gone = true
+		delete(f.ids, id)
+	}
 }
 
 // untrackAll forgets ids.
 func (f *inflight) untrackAll(ids []string) {
 	f.mu.Lock()
 	for _, id := range ids {
-		delete(f.ids, id)
+		f.untrackLocked(id)
 	}
 	f.mu.Unlock()
 }

@@ -20,7 +20,7 @@ func eventWithID(t *testing.T, id string) core.Event {
 func TestInflightOffer(t *testing.T) {
 	t.Parallel()
 	f := newInflight()
-	q := make(chan core.Event, 1)
+	q := make(chan item, 1)
 	a, b := eventWithID(t, "a"), eventWithID(t, "b")
 	if got := f.offer(q, a); got != queued || !f.held("a") {
 		t.Fatalf("offer(a) = %v, held %v; want queued and held", got, f.held("a"))
@@ -48,7 +48,7 @@ func TestInflightOffer(t *testing.T) {
 func TestInflightHeldAfterStopIntake(t *testing.T) {
 	t.Parallel()
 	f := newInflight()
-	q := make(chan core.Event, 2)
+	q := make(chan item, 2)
 	f.offer(q, eventWithID(t, "a"))
 	f.offer(q, eventWithID(t, "b"))
 	f.stopIntake()
@@ -68,12 +68,12 @@ func TestInflightHeldAfterStopIntake(t *testing.T) {
 func TestInflightTrackedBeforeTaken(t *testing.T) {
 	t.Parallel()
 	f := newInflight()
-	q := make(chan core.Event)
+	q := make(chan item)
 	var wg sync.WaitGroup
 	const n = 1000
 	wg.Go(func() {
 		for range n {
-			ev := <-q
+			ev := (<-q).ev
 			if !f.held(ev.ID()) {
 				t.Errorf("%s taken from the queue before it was tracked", ev.ID())
 			}
@@ -97,14 +97,14 @@ func TestInflightStaleClaimRefused(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	f := newInflight()
 	f.lease, f.now = time.Second, func() time.Time { return now }
-	q := make(chan core.Event, 2)
+	q := make(chan item, 2)
 	ev := eventWithID(t, "a")
 	ev.LockedBy, ev.LockedAt = "me", now
 	if f.offer(q, ev) != queued {
 		t.Fatal("first offer not queued")
 	}
-	<-q
-	e := f.begin("a", nil)
+	e := (<-q).e
+	f.begin(e, nil)
 	now = now.Add(2 * time.Second) // the delivery outlived the lease
 	stale := ev
 	stale.LockedAt = now // this dispatcher's poller claimed it again...
@@ -132,11 +132,11 @@ func TestInflightStaleClaimRefused(t *testing.T) {
 func TestInflightReopeningReplaced(t *testing.T) {
 	t.Parallel()
 	f := newInflight()
-	q := make(chan core.Event, 2)
+	q := make(chan item, 2)
 	ev := eventWithID(t, "a")
 	f.offer(q, ev)
-	<-q
-	e := f.begin("a", nil)
+	e := (<-q).e
+	f.begin(e, nil)
 	f.writing(e, reopening)
 	if got := f.offer(q, ev); got != queued {
 		t.Fatalf("claim of a reopening entry = %v, want queued", got)

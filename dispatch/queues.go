@@ -70,11 +70,11 @@ func (d *Dispatcher) ColdCapacity() int {
 // turn whose preferred queue is empty takes from the other one, so a worker
 // never waits while either queue has work; when both are empty it blocks in a
 // select on both queues and the shutdown signals, so it never spins.
-func (d *Dispatcher) next() (ev core.Event, hot bool, ok bool) {
+func (d *Dispatcher) next() (it item, hot bool, ok bool) {
 	hardStop := d.life.HardStop()
 	select {
 	case <-hardStop:
-		return core.Event{}, false, false
+		return item{}, false, false
 	default:
 	}
 	first, second := d.hot, d.cold
@@ -83,32 +83,32 @@ func (d *Dispatcher) next() (ev core.Event, hot bool, ok bool) {
 		first, second, firstHot = d.cold, d.hot, false
 	}
 	select {
-	case ev := <-first:
-		return ev, firstHot, true
+	case it := <-first:
+		return it, firstHot, true
 	default:
 	}
 	select {
-	case ev := <-second:
-		return ev, !firstHot, true
+	case it := <-second:
+		return it, !firstHot, true
 	default:
 	}
 	select {
-	case ev := <-d.hot:
-		return ev, true, true
-	case ev := <-d.cold:
-		return ev, false, true
+	case it := <-d.hot:
+		return it, true, true
+	case it := <-d.cold:
+		return it, false, true
 	case <-hardStop:
-		return core.Event{}, false, false
+		return item{}, false, false
 	case <-d.life.Stopping():
 		// Draining: intake has stopped, so once both queues are empty they
 		// stay empty and the worker can exit.
 		select {
-		case ev := <-d.hot:
-			return ev, true, true
-		case ev := <-d.cold:
-			return ev, false, true
+		case it := <-d.hot:
+			return it, true, true
+		case it := <-d.cold:
+			return it, false, true
 		default:
-			return core.Event{}, false, false
+			return item{}, false, false
 		}
 	}
 }

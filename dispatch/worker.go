@@ -10,18 +10,18 @@ import (
 // work is one worker: it takes events until shutdown and processes each.
 func (d *Dispatcher) work(ctx context.Context) {
 	for {
-		ev, hot, ok := d.next()
+		it, hot, ok := d.next()
 		if !ok {
 			return
 		}
-		d.process(ctx, ev, hot)
+		d.process(ctx, it.ev, it.e, hot)
 	}
 }
 
 // process delivers one event and records its outcome. The listener runs on a
 // context of its own, which the lease renewal cancels (cause errLeaseLost)
 // when it finds the event's lease lost.
-func (d *Dispatcher) process(ctx context.Context, ev core.Event, hot bool) {
+func (d *Dispatcher) process(ctx context.Context, ev core.Event, e *entry, hot bool) {
 	now := d.cfg.Now()
 	d.cfg.Metrics.QueueDepths(len(d.hot), len(d.cold))
 	if !ev.CreatedAt.IsZero() {
@@ -29,8 +29,7 @@ func (d *Dispatcher) process(ctx context.Context, ev core.Event, hot bool) {
 	}
 	lctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	e := d.inflight.begin(ev.ID(), cancel)
-	if e == nil {
+	if !d.inflight.begin(e, cancel) {
 		d.eventLog(d.log.Warn(), ev).Msg("outbox lease lost while the event was queued; not delivered")
 		return
 	}

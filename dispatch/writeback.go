@@ -86,14 +86,20 @@ func (d *Dispatcher) apply(ctx context.Context, ops []writeOp) (failed []writeOp
 		defer func(start time.Time) { d.latency.WriteBackDuration(time.Since(start)) }(time.Now())
 	}
 	now := d.cfg.Now()
-	byOwner := map[string][]writeOp{}
+	// Ops whose entry is no longer current (lease lost or replaced) have
+	// nothing of their delivery to write. One lock for the batch; ops is
+	// the caller's and not used again, so it is filtered in place.
+	ops = d.inflight.currentOf(ops)
+	// The DONE outcomes of one owner, the common case of a batch, go
+	// straight to one statement, without grouping.
+	if d.doneBatch != nil && d.ordered == nil && allDone(ops) {
+		return d.writeDoneBatch(wctx, ops[0].e.owner, ops, now)
+	}
+	var byOwner map[string][]writeOp
 	var owners []string
 	ordered := map[string][]writeOp{}
 	var orderedOwners []string
 	for _, op := range ops {
-		if !d.inflight.current(op.e) {
-			continue // lease lost or replaced: nothing of this delivery to write
-		}
 		if op.e.seq != 0 && d.ordered != nil && op.kind != writeRetry {
 			if op.kind == writeDead {
 				if !d.writeDeadOrdered(wctx, op) {
@@ -108,6 +114,9 @@ func (d *Dispatcher) apply(ctx context.Context, ops []writeOp) (failed []writeOp
 			continue
 		}
 		if op.kind == writeDone && d.doneBatch != nil {
+			if byOwner == nil {
+				byOwner = map[string][]writeOp{}
+			}
 			if _, ok := byOwner[op.e.owner]; !ok {
 				owners = append(owners, op.e.owner)
 			}
@@ -125,31 +134,49 @@ func (d *Dispatcher) apply(ctx context.Context, ops []writeOp) (failed []writeOp
 		d.landed(op, ok)
 	}
 	for _, owner := range owners {
-		g := byOwner[owner]
-		ids := make([]string, len(g))
-		for i, op := range g {
-			ids[i] = op.e.id
-		}
-		n, err := d.doneBatch(wctx, owner, ids, now)
-		switch {
-		case err != nil:
-			d.cfg.Metrics.StoreError()
-			d.log.Error().Err(err).Int("events", len(ids)).Str("first_event_id", ids[0]).Str("write", d.batch.what).
-				Msg("outbox write-back of delivered events failed; trying again while the events stay leased")
-			failed = append(failed, g...)
-			continue
-		case n < int64(len(ids)):
-			d.log.Warn().Int("events", len(ids)).Int64("written", n).Str("first_event_id", ids[0]).Str("write", d.batch.what).
-				Msg("outbox write-back fenced for part of a batch of delivered events: leases lost to another owner or rows terminal")
-		}
-		for _, op := range g {
-			d.inflight.done(op.e)
-		}
+		failed = append(failed, d.writeDoneBatch(wctx, owner, byOwner[owner], now)...)
 	}
 	for _, owner := range orderedOwners {
 		failed = append(failed, d.writeDoneOrdered(wctx, owner, ordered[owner], now)...)
 	}
 	return failed
+}
+
+// allDone reports whether ops are unordered DONE outcomes of one owner, at
+// least one.
+func allDone(ops []writeOp) bool {
+	if len(ops) == 0 {
+		return false
+	}
+	owner := ops[0].e.owner
+	for _, op := range ops {
+		if op.kind != writeDone || op.e.seq != 0 || op.e.owner != owner {
+			return false
+		}
+	}
+	return true
+}
+
+// writeDoneBatch writes the DONE outcomes g of owner in one call of
+// d.doneBatch, and returns g if it failed.
+func (d *Dispatcher) writeDoneBatch(ctx context.Context, owner string, g []writeOp, now time.Time) (failed []writeOp) {
+	ids := make([]string, len(g))
+	for i, op := range g {
+		ids[i] = op.e.id
+	}
+	n, err := d.doneBatch(ctx, owner, ids, now)
+	switch {
+	case err != nil:
+		d.cfg.Metrics.StoreError()
+		d.log.Error().Err(err).Int("events", len(ids)).Str("first_event_id", ids[0]).Str("write", d.batch.what).
+			Msg("outbox write-back of delivered events failed; trying again while the events stay leased")
+		return g
+	case n < int64(len(ids)):
+		d.log.Warn().Int("events", len(ids)).Int64("written", n).Str("first_event_id", ids[0]).Str("write", d.batch.what).
+			Msg("outbox write-back fenced for part of a batch of delivered events: leases lost to another owner or rows terminal")
+	}
+	d.inflight.doneAll(g)
+	return nil
 }
 
 // writeOne writes op on its own, fenced by its lease owner.

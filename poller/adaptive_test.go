@@ -88,3 +88,44 @@ func TestWakeBurstCoalesces(t *testing.T) {
 		_ = p.Close(context.Background())
 	})
 }
+
+// TestBacklogWaitsForRoom: while a backlog drains, a claim waits for room
+// for a whole claim (or half the handler's queue) instead of claiming the
+// few slots a slow handler has freed; without a backlog it takes any room.
+func TestBacklogWaitsForRoom(t *testing.T) {
+	t.Parallel()
+	st := newFakeStore()
+	st.add(t, "ev", 1000, time.Now().Add(-time.Minute))
+	h := &fakeHandler{capacity: 1000}
+	p := newPoller(t, st, h, func(c *poller.Config) { c.BatchSize, c.MaxBatchSize = 100, 400 })
+	ctx := context.Background()
+	if n, err := p.PollOnce(ctx); err != nil || n != 100 {
+		t.Fatalf("first poll took %d (%v), want 100", n, err)
+	}
+	// The claim came back full: the next asks for 200. A handler with room
+	// for 50 of a queue of 1000 is not claimed for.
+	h.setCapacity(50)
+	if n, err := p.PollOnce(ctx); err != nil || n != 0 {
+		t.Fatalf("poll with room for 50 took %d (%v), want 0", n, err)
+	}
+	h.setCapacity(200)
+	if n, err := p.PollOnce(ctx); err != nil || n != 200 {
+		t.Fatalf("poll with room for 200 took %d (%v), want 200", n, err)
+	}
+	// Room for the whole claim of 400.
+	h.setCapacity(500)
+	if n, err := p.PollOnce(ctx); err != nil || n != 400 {
+		t.Fatalf("poll with room for 500 took %d (%v), want 400", n, err)
+	}
+	// 300 rows are left: the claim of 400 comes back short, the backlog is
+	// gone, and any room is claimed for.
+	h.setCapacity(1000)
+	if n, err := p.PollOnce(ctx); err != nil || n != 300 {
+		t.Fatalf("poll of the rest took %d (%v), want 300", n, err)
+	}
+	st.add(t, "more", 10, time.Now().Add(-time.Minute))
+	h.setCapacity(5)
+	if n, err := p.PollOnce(ctx); err != nil || n != 5 {
+		t.Fatalf("poll without a backlog, room for 5, took %d (%v), want 5", n, err)
+	}
+}

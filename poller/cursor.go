@@ -53,6 +53,8 @@ type cursor struct {
 	rewinds  wakeups   // times at which rows become claimable behind from
 	headAt   time.Time // when the last head claim started
 	headCost time.Duration
+	backlog  bool // the last claim came back full and was held: a backlog drains
+	roomMax  int  // the most room the handler ever reported: its queue's size
 }
 
 func newCursor(cfg Config) *cursor {
@@ -87,6 +89,22 @@ func (c *cursor) next(now time.Time) (from time.Time, size int) {
 	return c.from, c.size
 }
 
+// waitForRoom reports whether a claim should wait for more room than the
+// handler has now (room), rather than claim that much: while a backlog
+// drains, until there is room for a whole claim (the size next asks for), or
+// for half the handler's queue when that is less. A claim costs the database
+// nearly as much for 100 rows as for 500, and with a slow listener the queue
+// frees a few slots at a time: claiming whatever room there is would claim
+// a fraction of the size, and so many more times, at a higher cost per
+// event (docs/BENCHMARKS.md, outbox to broker). The queue still holds at
+// least half its size meanwhile, so the workers never wait for the claim.
+func (c *cursor) waitForRoom(room int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.roomMax = max(c.roomMax, room)
+	return c.backlog && room < min(c.size, c.roomMax/2)
+}
+
 // failed records a claim that returned an error: the rows it may have
 // leased are not known, and the database may be in trouble; the next claims
 // start at BatchSize, and one from the oldest row is due. The cost of a
@@ -96,6 +114,7 @@ func (c *cursor) failed() {
 	defer c.mu.Unlock()
 	c.size = c.min
 	c.headDue = true
+	c.backlog = false
 }
 
 // done records the outcome of a claim that started at now from from: the
@@ -123,6 +142,7 @@ func (c *cursor) done(now, from time.Time, full, held bool, last time.Time, took
 		// between the cursor and last, nor, for a head claim, behind.
 		c.from = last
 	}
+	c.backlog = full && held
 	switch {
 	case full && held:
 		c.size = min(c.size*2, c.max)

@@ -182,7 +182,7 @@ func (p *Poller) poll(ctx context.Context) (cycle, error) {
 func (p *Poller) claim(ctx context.Context) (cycle, error) {
 	var c cycle
 	capacity := p.cfg.Handler.ColdCapacity()
-	if capacity <= 0 {
+	if capacity <= 0 || p.cursor.waitForRoom(capacity) {
 		c.skipped = true
 		return c, nil
 	}

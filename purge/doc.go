@@ -21,6 +21,16 @@
 // holds it, so one instance purges at a time and the jittered intervals make
 // them take turns. SQLite has no such lock: one process owns the file.
 //
+// On a partitioned table (store/postgres with Config.Partitions, which
+// implements PartitionMaintainer) each run first creates the partitions
+// the coming writes need and drops every time partition whose rows would
+// all be deleted (DONE before the cutoff; DEAD before it, unless KeepDead;
+// no NEW, RETRY or WAITING row), then deletes the old rows of the others
+// in batches as above. A drop is one short statement however many rows the
+// partition holds; the rows of dropped partitions are not counted in what
+// RunOnce returns. A failed maintenance (a lock timeout on a busy table)
+// does not stop the row batches; the run returns its error after them.
+//
 // DEAD rows wait for an operator (see package dead), so they may deserve a
 // longer retention than DONE rows: set Config.DeadRetention, or
 // Config.KeepDead to keep them until someone replays or deletes them.

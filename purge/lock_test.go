@@ -131,3 +131,32 @@ type nopLocker struct{}
 func (nopLocker) TryLock(context.Context, core.Conner, string) (core.Lock, bool, error) {
 	return nil, false, nil
 }
+
+// failingMaintainer is a store whose partition maintenance fails.
+type failingMaintainer struct {
+	core.Purger
+	calls int
+}
+
+var errMaintain = errors.New("maintenance failed")
+
+func (f *failingMaintainer) MaintainPartitions(context.Context, core.DBTX, time.Time, core.PurgeParams) (created, dropped []string, err error) {
+	f.calls++
+	return nil, nil, errMaintain
+}
+
+// TestFailedPartitionMaintenance: a store's failed partition maintenance
+// is reported by the run, after the row batches, which it does not stop.
+func TestFailedPartitionMaintenance(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
+		t.Parallel()
+		seed(t, tg, seedRow{"old-done", core.StatusDone, now.Add(-10 * day)}, seedRow{"new", core.StatusNew, now.Add(-10 * day)})
+		st := &failingMaintainer{Purger: tg.Store}
+		p := newPurger(t, Config{Store: st, DB: tg.DB})
+		n, err := p.RunOnce(testCtx(t))
+		if !errors.Is(err, errMaintain) || n != 1 || st.calls != 1 {
+			t.Fatalf("run: %d, %v, %d maintenance calls; want 1 row deleted, the maintenance error, 1 call", n, err, st.calls)
+		}
+		checkRows(t, tg, []string{"old-done"}, []string{"new"})
+	})
+}

@@ -253,19 +253,58 @@ type KeyPurger interface {
 	PurgeKeys(ctx context.Context, db core.DBTX, before time.Time, limit int) (int64, error)
 }
 
-// keyPurger returns the store's KeyPurger, looking through wrappers.
-func (p *Purger) keyPurger() (KeyPurger, bool) {
-	if kp, ok := p.cfg.Store.(KeyPurger); ok {
-		return kp, true
+// capability returns the purger's store as a T, looking through wrappers.
+func capability[T any](store any) (T, bool) {
+	if t, ok := store.(T); ok {
+		return t, true
 	}
-	if st, ok := p.cfg.Store.(core.Store); ok {
-		return core.StoreAs[KeyPurger](st)
+	if st, ok := store.(core.Store); ok {
+		return core.StoreAs[T](st)
 	}
-	return nil, false
+	var zero T
+	return zero, false
 }
 
-// purge deletes batch after batch until a short batch, a failure, or stop,
-// then, the same way, the rows of idle keys.
+// keyPurger returns the store's KeyPurger, looking through wrappers.
+func (p *Purger) keyPurger() (KeyPurger, bool) { return capability[KeyPurger](p.cfg.Store) }
+
+// PartitionMaintainer is implemented by stores whose table is partitioned
+// (store/postgres with Config.Partitions; the method does nothing on that
+// store's plain tables). MaintainPartitions creates the partitions the
+// coming writes need and drops each partition whose rows a Purge with p
+// would all delete, returning the names of the partitions it created and
+// dropped.
+type PartitionMaintainer interface {
+	MaintainPartitions(ctx context.Context, db core.DBTX, now time.Time, p core.PurgeParams) (created, dropped []string, err error)
+}
+
+// partitionMaintainer returns the store's PartitionMaintainer, looking
+// through wrappers.
+func (p *Purger) partitionMaintainer() (PartitionMaintainer, bool) {
+	return capability[PartitionMaintainer](p.cfg.Store)
+}
+
+// maintainPartitions runs the store's partition maintenance, if it has
+// one, before the row batches: a dropped partition's rows are gone without
+// a batch. Its rows are not counted in the rows a run returns (counting
+// them would read them); the log line names the partitions.
+func (p *Purger) maintainPartitions(ctx context.Context, now time.Time, params core.PurgeParams) error {
+	pm, ok := p.partitionMaintainer()
+	if !ok {
+		return nil
+	}
+	created, dropped, err := pm.MaintainPartitions(ctx, p.cfg.DB, now, params)
+	if len(created)+len(dropped) > 0 {
+		p.log.Info().Strs("created", created).Strs("dropped", dropped).Msg("outbox purge maintained the table's partitions")
+	}
+	if err != nil {
+		return fmt.Errorf("purge: %w", err)
+	}
+	return nil
+}
+
+// purge maintains the partitions of a partitioned table, then deletes the
+// old rows (purgeRows).
 func (p *Purger) purge(ctx context.Context, stop <-chan struct{}) (int64, error) {
 	started := time.Now()
 	now := p.cfg.Now()
@@ -273,6 +312,17 @@ func (p *Purger) purge(ctx context.Context, stop <-chan struct{}) (int64, error)
 	if !p.cfg.KeepDead {
 		params.DeadBefore = now.Add(-p.cfg.DeadRetention)
 	}
+	// A failed maintenance (a lock timeout on a busy table, a table not yet
+	// partitioned) does not stop the row batches; the run returns its error
+	// after them.
+	perr := p.maintainPartitions(ctx, now, params)
+	total, err := p.purgeRows(ctx, stop, started, params)
+	return total, errors.Join(err, perr)
+}
+
+// purgeRows deletes batch after batch until a short batch, a failure, or
+// stop, then, the same way, the rows of idle keys.
+func (p *Purger) purgeRows(ctx context.Context, stop <-chan struct{}, started time.Time, params core.PurgeParams) (int64, error) {
 	var total int64
 	batches := 0
 	for {

@@ -88,13 +88,14 @@ func (m *Manager) Do(ctx context.Context, fn func(ctx context.Context) error) er
 		return fn(ctx)
 	}
 
-	t, err := m.begin(ctx)
+	// The callbacks get ctx as it came in: no cancellation, and no trace of
+	// this transaction, which is over by the time they run. The
+	// transaction's own context starts from it too (see begin).
+	cbCtx := context.WithoutCancel(ctx)
+	t, err := m.begin(ctx, cbCtx)
 	if err != nil {
 		return err
 	}
-	// The callbacks get ctx as it came in: no cancellation, and no trace of
-	// this transaction, which is over by the time they run.
-	cbCtx := context.WithoutCancel(ctx)
 	returned := false
 	defer func() {
 		if returned {
@@ -135,11 +136,13 @@ func (m *Manager) Do(ctx context.Context, fn func(ctx context.Context) error) er
 // once the rollback has happened. Waiting for a pooled connection and BEGIN
 // must still honour ctx, so the context given to BeginTx follows ctx's
 // cancellation until BeginTx returns and is detached from it afterwards.
-func (m *Manager) begin(ctx context.Context) (*Tx, error) {
+//
+// detached is context.WithoutCancel(ctx), which Do also needs.
+func (m *Manager) begin(ctx, detached context.Context) (*Tx, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("begin transaction: %w", context.Cause(ctx))
 	}
-	txCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	txCtx, cancel := context.WithCancel(detached)
 	detach := context.AfterFunc(ctx, cancel)
 
 	t := &Tx{handle: m.handle, cancel: cancel, hooks: txhooks.Hooks{Log: m.log, Prefix: "txctx"}}

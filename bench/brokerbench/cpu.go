@@ -1,17 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/procstat"
 )
 
 // clockTick is the unit of the CPU times in /proc/<pid>/stat (USER_HZ,
@@ -19,10 +16,12 @@ import (
 const clockTick = 10 * time.Millisecond
 
 // cpuUse is the CPU time, user plus system, this process and the broker's
-// server process used. server is negative when the server process was not
-// found (another machine, several candidates, not Linux).
+// server process used, and the outbox database's server processes serving
+// this process (PostgreSQL backends). server is negative when the server
+// process was not found (another machine, several candidates, not Linux);
+// db is negative when not measured (SQLite runs in this process).
 type cpuUse struct {
-	self, server time.Duration
+	self, server, db time.Duration
 }
 
 // add sums two uses; a zero cpuUse is the start of a sum.
@@ -30,108 +29,84 @@ func (u cpuUse) add(v cpuUse) cpuUse {
 	if u == (cpuUse{}) {
 		return v
 	}
-	d := cpuUse{self: u.self + v.self, server: -1}
+	d := cpuUse{self: u.self + v.self, server: -1, db: -1}
 	if u.server >= 0 && v.server >= 0 {
 		d.server = u.server + v.server
+	}
+	if u.db >= 0 && v.db >= 0 {
+		d.db = u.db + v.db
 	}
 	return d
 }
 
 func (u cpuUse) sub(v cpuUse) cpuUse {
-	d := cpuUse{self: u.self - v.self, server: -1}
+	d := cpuUse{self: u.self - v.self, server: -1, db: -1}
 	if u.server >= 0 && v.server >= 0 {
 		d.server = u.server - v.server
+	}
+	if u.db >= 0 && v.db >= 0 {
+		d.db = u.db - v.db
 	}
 	return d
 }
 
-// perMsg formats the use as microseconds per message: "bench / server".
+// perMsg formats the use as microseconds per message: "bench / server",
+// and " / database" when the database's was measured.
 func (u cpuUse) perMsg(n int) string {
 	us := func(d time.Duration) string {
 		return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond)/float64(n))
 	}
-	if u.server < 0 {
-		return us(u.self) + " / ?"
+	s := us(u.self) + " / ?"
+	if u.server >= 0 {
+		s = us(u.self) + " / " + us(u.server)
 	}
-	return us(u.self) + " / " + us(u.server)
+	if u.db >= 0 {
+		s += " / " + us(u.db)
+	}
+	return s
 }
 
-// cpuMeter reads cpuUse for this process and the server process pid (0:
-// none).
-type cpuMeter struct{ pid int }
-
-func (m cpuMeter) read() cpuUse {
-	self, _ := procCPU("self")
-	u := cpuUse{self: self, server: -1}
-	if m.pid > 0 {
-		if d, err := procCPU(strconv.Itoa(m.pid)); err == nil {
-			u.server = d
-		}
-	}
-	return u
+// cpuMeter reads cpuUse for this process, the server process pid (0: none)
+// and the database server processes dbPIDs returns (nil: not measured).
+type cpuMeter struct {
+	pid    int
+	dbPIDs func() []int
 }
 
-// procCPU returns utime+stime of /proc/<pid>/stat.
-func procCPU(pid string) (time.Duration, error) {
-	b, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
-	if err != nil {
-		return 0, err
-	}
-	// The command (field 2) is in parentheses and may hold spaces: the
-	// fields counted from 3 start after the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%s/stat: no command", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%s/stat: %d fields", pid, len(f))
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64) // field 14
-	stime, err2 := strconv.ParseInt(f[12], 10, 64) // field 15
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%s/stat: bad times", pid)
-	}
-	return time.Duration(utime+stime) * clockTick, nil
+// procSelfCPU returns the user plus system CPU time of process pid ("self"
+// for this one).
+func procSelfCPU(pid string) (time.Duration, error) {
+	t, err := procstat.Read(pid)
+	return t.Self, err
 }
 
 // findProcess returns the pid of the one process whose command name is
 // comm, or 0 when there is none or more than one (the bench then cannot
 // tell which one serves it).
 func findProcess(comm string) int {
-	dirs, err := os.ReadDir("/proc")
-	if err != nil {
-		return 0
+	if pids := procstat.Named(comm); len(pids) == 1 {
+		return pids[0]
 	}
-	found := 0
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", d.Name(), "comm"))
-		if err != nil || strings.TrimSpace(string(b)) != comm {
-			continue
-		}
-		if found != 0 {
-			return 0
-		}
-		found = pid
-	}
-	return found
+	return 0
 }
 
-// loadAvg returns the first three fields of /proc/loadavg, or "?".
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
+func (m cpuMeter) read() cpuUse {
+	self, _ := procSelfCPU("self")
+	u := cpuUse{self: self, server: -1, db: -1}
+	if m.pid > 0 {
+		if d, err := procSelfCPU(strconv.Itoa(m.pid)); err == nil {
+			u.server = d
+		}
 	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
+	if m.dbPIDs != nil {
+		u.db = 0
+		for _, pid := range m.dbPIDs() {
+			if d, err := procSelfCPU(strconv.Itoa(pid)); err == nil {
+				u.db += d
+			}
+		}
 	}
-	return strings.Join(f[:3], " ")
+	return u
 }
 
 // claimCounter counts the claims of the store it wraps and the events they

@@ -32,6 +32,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/outboxkit/outbox/internal/procstat"
 )
 
 // config is the command line.
@@ -161,7 +163,7 @@ func run(ctx context.Context, c *config) error {
 		return fmt.Errorf("no server to run on: set OUTBOX_POSTGRES_DSN and/or OUTBOX_MYSQL_DSN (make bench-compare sets both)")
 	}
 	host, _ := os.Hostname()
-	fmt.Printf("compare: %s, %d CPUs, GOMAXPROCS %d, %s, load average %s\n", host, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), loadAvg())
+	fmt.Printf("compare: %s, %d CPUs, GOMAXPROCS %d, %s, load average %s\n", host, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), procstat.LoadAvg())
 	fmt.Printf("W1: %d writers x %d business transactions in all; W2: %d pre-written events\n", c.writers, c.w1Events, c.w2Events)
 	ks := kinds(c)
 	var all []outcome
@@ -202,7 +204,7 @@ func run(ctx context.Context, c *config) error {
 			CPUs    int       `json:"cpus"`
 			Config  string    `json:"config"`
 			Results []outcome `json:"results"`
-		}{loadAvg(), runtime.NumCPU(), strings.Join(os.Args[1:], " "), all}, "", "  ")
+		}{procstat.LoadAvg(), runtime.NumCPU(), strings.Join(os.Args[1:], " "), all}, "", "  ")
 		if err != nil {
 			return err
 		}
@@ -233,16 +235,4 @@ func ratios(outs []outcome) {
 			outs[i].W2Ratio = outs[i].W2PerSec / hand.W2PerSec
 		}
 	}
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
 }

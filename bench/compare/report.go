@@ -5,6 +5,8 @@ import (
 	"io"
 	"math"
 	"strings"
+
+	"github.com/outboxkit/outbox/internal/procstat"
 )
 
 func rate(v, ratio float64) string {
@@ -105,5 +107,5 @@ func printTable(w io.Writer, c *config, ks []*kind, all []outcome, srvs []*serve
 	for _, n := range notRun {
 		fmt.Fprintf(w, "- %s\n", n)
 	}
-	fmt.Fprintf(w, "\nload average after the run: %s\n", loadAvg())
+	fmt.Fprintf(w, "\nload average after the run: %s\n", procstat.LoadAvg())
 }

@@ -27,6 +27,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -104,8 +106,24 @@ func (c Config) withDefaults() (Config, error) {
 
 // Publisher publishes events to JetStream. It is safe for concurrent use.
 type Publisher struct {
-	cfg Config
-	js  jetstream.JetStream
+	cfg  Config
+	js   jetstream.JetStream
+	opts []jetstream.PublishOpt
+
+	// Concurrent Handle calls publish in turns (see publish): one caller,
+	// the sender, publishes the messages of all those queued meanwhile.
+	mu      sync.Mutex
+	queue   []*pubReq // waiting for the sender
+	spare   []*pubReq // the sender's last batch, reused as the next queue
+	sending bool      // a caller is the sender
+}
+
+// pubReq is one message handed to the sender, and what its publish returned.
+type pubReq struct {
+	m     *nats.Msg
+	f     jetstream.PubAckFuture
+	err   error
+	ready chan struct{} // closed once f or err is set
 }
 
 var _ core.Listener = (*Publisher)(nil)
@@ -126,23 +144,47 @@ func New(cfg Config) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	return &Publisher{cfg: cfg, js: js}, nil
+	// With MaxPending publishes awaiting their ack, a publish waits for room
+	// for as long as for an ack (the client's default gives up after 200ms).
+	opts := []jetstream.PublishOpt{jetstream.WithStallWait(cfg.AckTimeout)}
+	return &Publisher{cfg: cfg, js: js, opts: opts}, nil
 }
 
 // Message returns the message Handle publishes for ev: its subject, payload,
 // the Outbox-* headers and the event's own, and Nats-Msg-Id set to the
 // event id.
 func (p *Publisher) Message(ev core.Event) *nats.Msg {
-	m := nats.NewMsg(p.cfg.Subject(ev))
-	m.Data = ev.RawPayload() // not copied: nats.go only reads it
-	for k, v := range broker.Headers(ev) {
-		m.Header[k] = []string{v}
+	own := ev.RawHeaders() // read only; copied into the message's header
+	n := len(own) + 8
+	h := make(nats.Header, n)
+	// One backing array for every value: a message costs two allocations
+	// for its headers, not one per header.
+	vals := make([]string, 0, n)
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
-	m.Header[jetstream.MsgIDHeader] = []string{ev.ID()}
+	for k, v := range own {
+		set(k, v)
+	}
+	// The Outbox-* headers win over an event header of the same name, as in
+	// broker.Headers, which this must match.
+	set(broker.HeaderEventID, ev.ID())
+	set(broker.HeaderEventType, ev.Type())
+	set(broker.HeaderAggregateType, ev.AggregateType())
+	if id := ev.AggregateID(); id != "" {
+		set(broker.HeaderAggregateID, id)
+	}
+	if id := ev.TenantID(); id != "" {
+		set(broker.HeaderTenantID, id)
+	}
+	set(broker.HeaderOccurredAt, ev.OccurredAt().UTC().Format(time.RFC3339Nano))
+	set(jetstream.MsgIDHeader, ev.ID())
 	if p.cfg.Stream != "" {
-		m.Header[jetstream.ExpectedStreamHeader] = []string{p.cfg.Stream}
+		set(jetstream.ExpectedStreamHeader, p.cfg.Stream)
 	}
-	return m
+	// Data is not copied: nats.go only reads it.
+	return &nats.Msg{Subject: p.cfg.Subject(ev), Header: h, Data: ev.RawPayload()}
 }
 
 // Handle publishes ev and waits for JetStream's acknowledgement. It returns
@@ -157,9 +199,7 @@ func (p *Publisher) Handle(ctx context.Context, ev core.Event) error {
 	if m.Subject == "" {
 		return core.Permanent(errors.New("jetstream: empty subject"))
 	}
-	// With MaxPending publishes awaiting their ack, wait for room for as
-	// long as for an ack (the client's default gives up after 200ms).
-	f, err := p.js.PublishMsgAsync(m, jetstream.WithStallWait(p.cfg.AckTimeout))
+	f, err := p.publish(ctx, m)
 	if err != nil {
 		return classify(m.Subject, err)
 	}
@@ -171,6 +211,66 @@ func (p *Publisher) Handle(ctx context.Context, ev core.Event) error {
 	case <-ctx.Done():
 		return fmt.Errorf("jetstream: publish to %s: waiting for ack: %w", m.Subject, context.Cause(ctx))
 	}
+}
+
+// publish publishes m asynchronously and returns its ack future.
+//
+// Concurrent calls take turns: the first becomes the sender and, after
+// yielding its processor once, publishes its message and those of every call
+// that queued one meanwhile, back to back; the others wait until it has
+// published theirs. nats.go writes what is buffered when its flusher
+// goroutine runs, and a caller that publishes and at once waits for its ack
+// lets the flusher run right away, so that without turns a drain, whose
+// workers publish one after the other as their acks come in, makes one
+// socket write per message, and nats-server one read and one ack write per
+// message: measured, twice the server's CPU per message of a loop publishing
+// the same messages back to back (docs/BENCHMARKS.md). The yield lets the
+// workers already runnable queue their messages first. Messages are
+// published in the order their calls queued them.
+func (p *Publisher) publish(ctx context.Context, m *nats.Msg) (jetstream.PubAckFuture, error) {
+	p.mu.Lock()
+	if p.sending {
+		r := &pubReq{m: m, ready: make(chan struct{})}
+		p.queue = append(p.queue, r)
+		p.mu.Unlock()
+		select {
+		case <-r.ready:
+			return r.f, r.err
+		case <-ctx.Done():
+			// The sender still publishes it: the event is retried, and
+			// the stream drops the copy by its Nats-Msg-Id.
+			return nil, fmt.Errorf("waiting to publish: %w", context.Cause(ctx))
+		}
+	}
+	p.sending = true
+	p.mu.Unlock()
+	runtime.Gosched()
+	f, err := p.publishOne(m)
+	for {
+		p.mu.Lock()
+		batch := p.queue
+		if len(batch) == 0 {
+			p.sending = false
+			p.mu.Unlock()
+			return f, err
+		}
+		p.queue, p.spare = p.spare[:0], nil
+		p.mu.Unlock()
+		for i, r := range batch {
+			r.f, r.err = p.publishOne(r.m)
+			close(r.ready)
+			batch[i] = nil
+		}
+		p.mu.Lock()
+		if p.spare == nil {
+			p.spare = batch[:0]
+		}
+		p.mu.Unlock()
+	}
+}
+
+func (p *Publisher) publishOne(m *nats.Msg) (jetstream.PubAckFuture, error) {
+	return p.js.PublishMsgAsync(m, p.opts...)
 }
 
 // errCodeMessageTooLarge is the server's JSStreamMessageExceedsMaximumErr:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -398,5 +399,41 @@ func TestPublishWaitsForRoom(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Errorf("publish: %v", err)
 		}
+	}
+}
+
+// Concurrent calls take turns to publish (one sends the messages of those
+// that queued meanwhile): each still returns after its own message's ack,
+// and every message is stored once.
+func TestPublishConcurrentCalls(t *testing.T) {
+	t.Parallel()
+	nc, js := connect(t, testbroker.NATSURL(t))
+	stream, prefix := newStream(t, js, 1)
+	p := newPublisher(t, outboxjs.Config{Conn: nc, SubjectPrefix: prefix})
+	const callers, each = 64, 20
+	evs := make([]core.Event, callers*each)
+	for i := range evs {
+		evs[i] = newEvent(t, "OrderPlaced", fmt.Sprintf("o-%d", i%callers))
+	}
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Go(func() {
+			for i := range each {
+				if err := p.Handle(context.Background(), evs[c*each+i]); err != nil {
+					t.Errorf("caller %d, event %d: %v", c, i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	ids := streamIDs(t, js, stream)
+	for _, ev := range evs {
+		if ids[ev.ID()] != 1 {
+			t.Errorf("event %s stored %d times, want once", ev.ID(), ids[ev.ID()])
+		}
+	}
+	if len(ids) != len(evs) {
+		t.Errorf("stream holds %d messages, want %d", len(ids), len(evs))
 	}
 }

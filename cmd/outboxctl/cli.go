@@ -40,6 +40,10 @@ Commands:
                                               write the migrations for --table; connects to nothing
   serve [--addr HOST:PORT] [--allow-writes] [--show-payloads]
                                               web console (no authentication of its own)
+  partitions list|create [--interval D] [--ahead N]
+                                              PostgreSQL partitioned tables: list, create ahead
+  partitions migrate [--interval D] [--ahead N] [--dry-run] [--yes]
+                                              convert a plain table into a partitioned one
   help [COMMAND]                              this text, or a command's flags
 
 Global flags (also accepted after the command):
@@ -210,26 +214,31 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		return a.migrate(ctx, args)
 	case "serve":
 		return a.serve(ctx, args)
+	case "partitions":
+		return a.partitions(ctx, args)
 	}
 	return usagef("unknown command %q", cmd)
 }
 
 // commandHelp is each command's usage line, shown by "help COMMAND" and -h.
 var commandHelp = map[string]string{
-	"stats":           "outboxctl stats [--json]",
-	"dead list":       "outboxctl dead list [--type T] [--aggregate A] [--limit N] [--json] [--payload]",
-	"dead count":      "outboxctl dead count [--type T] [--aggregate A] [--json]",
-	"dead replay":     "outboxctl dead replay [--dry-run] [--yes] ID...",
-	"dead replay-all": "outboxctl dead replay-all [--type T] [--aggregate A] [--limit N] [--batch N] [--dry-run] [--yes]",
-	"dead blocked":    "outboxctl dead blocked [--type T] [--aggregate A] [--limit N] [--json]",
-	"dead skip":       "outboxctl dead skip [--dry-run] [--yes] ID...",
-	"purge":           "outboxctl purge --older-than D [--dead-older-than D | --keep-dead] [--batch N] [--dry-run] [--yes]",
-	"schema":          "outboxctl schema [postgres|mysql|sqlite]",
-	"migrate status":  "outboxctl migrate status [--version-table NAME] [--json]",
-	"migrate up":      "outboxctl migrate up [--to N] [--version-table NAME] [--dry-run]",
-	"migrate down":    "outboxctl migrate down --to N [--version-table NAME] [--dry-run] [--yes]",
-	"migrate files":   "outboxctl migrate files --format goose|golang-migrate --out DIR [postgres|mysql|sqlite]",
-	"serve":           serveHelp,
+	"stats":              "outboxctl stats [--json]",
+	"dead list":          "outboxctl dead list [--type T] [--aggregate A] [--limit N] [--json] [--payload]",
+	"dead count":         "outboxctl dead count [--type T] [--aggregate A] [--json]",
+	"dead replay":        "outboxctl dead replay [--dry-run] [--yes] ID...",
+	"dead replay-all":    "outboxctl dead replay-all [--type T] [--aggregate A] [--limit N] [--batch N] [--dry-run] [--yes]",
+	"dead blocked":       "outboxctl dead blocked [--type T] [--aggregate A] [--limit N] [--json]",
+	"dead skip":          "outboxctl dead skip [--dry-run] [--yes] ID...",
+	"purge":              "outboxctl purge --older-than D [--dead-older-than D | --keep-dead] [--batch N] [--dry-run] [--yes]",
+	"schema":             "outboxctl schema [postgres|mysql|sqlite]",
+	"migrate status":     "outboxctl migrate status [--version-table NAME] [--json]",
+	"migrate up":         "outboxctl migrate up [--to N] [--version-table NAME] [--dry-run]",
+	"migrate down":       "outboxctl migrate down --to N [--version-table NAME] [--dry-run] [--yes]",
+	"migrate files":      "outboxctl migrate files --format goose|golang-migrate --out DIR [postgres|mysql|sqlite]",
+	"serve":              serveHelp,
+	"partitions list":    "outboxctl partitions list [--interval D] [--ahead N]",
+	"partitions create":  "outboxctl partitions create [--interval D] [--ahead N]",
+	"partitions migrate": "outboxctl partitions migrate [--interval D] [--ahead N] [--dry-run] [--yes]",
 }
 
 func (a *app) help(args []string) error {

@@ -45,6 +45,16 @@
 //	    127.0.0.1:8080, until interrupted: backlog, dead events, purge dry
 //	    run, and replays with --allow-writes. It has no authentication of its
 //	    own: keep it on localhost or mount the console behind your service's.
+//	partitions list [--interval D] [--ahead N]
+//	    The partitions of a partitioned PostgreSQL table (postgres.Partitions).
+//	partitions create [--interval D] [--ahead N]
+//	    Creates the partitions the table lacks up to N after the current one
+//	    (the purger does it on every run; this is for a table no purger
+//	    serves). --interval must be the services' Partitions.Interval.
+//	partitions migrate [--interval D] [--ahead N] [--dry-run] [--yes]
+//	    Converts a plain PostgreSQL outbox table into a partitioned one,
+//	    keeping every row (postgres.Store.MigrateToPartitioned). The table is
+//	    locked while the rows are copied.
 //
 // migrate keeps the applied versions in a table of its own, by default the
 // outbox table's name followed by _migration (one row per version: version,

@@ -172,9 +172,16 @@ func (g *Gate) setActive(active bool) {
 	}
 }
 
-// try tries the lock once and returns it when taken.
+// minTryTimeout is the least time a try may take, connection included.
+// A try that gives up does no harm but must be able to succeed: with a
+// short Interval on a loaded machine, a new connection alone can outlast
+// it, and a standby whose every try is cut short never takes over.
+const minTryTimeout = time.Second
+
+// try tries the lock once, for at most Interval (minTryTimeout at least),
+// and returns it when taken.
 func (g *Gate) try(ctx context.Context) core.Lock {
-	tctx, cancel := context.WithTimeout(ctx, g.cfg.Interval)
+	tctx, cancel := context.WithTimeout(ctx, max(g.cfg.Interval, minTryTimeout))
 	defer cancel()
 	l, ok, err := g.cfg.Locker.TryLock(tctx, g.cfg.DB, LockName)
 	if err != nil {

@@ -40,6 +40,39 @@ func (c countingLocker) TryLock(ctx context.Context, db core.Conner, name string
 	return l, ok, err
 }
 
+// slowLocker takes delay before each try, as a new connection to a loaded
+// server can, and honours the try's deadline.
+type slowLocker struct {
+	core.Locker
+	delay time.Duration
+}
+
+func (s slowLocker) TryLock(ctx context.Context, db core.Conner, name string) (core.Lock, bool, error) {
+	select {
+	case <-time.After(s.delay):
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	}
+	return s.Locker.TryLock(ctx, db, name)
+}
+
+// TestTryOutlastsShortInterval: a try that takes longer than a short
+// Interval still takes the lock (a standby whose tries were all cut at
+// Interval would never take over on a loaded machine).
+func TestTryOutlastsShortInterval(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
+		l := slowLocker{Locker: locker(t, tg), delay: 4 * interval}
+		changes := make(chan change, 4)
+		g := newGate(t, "a", l, tg.DB, changes)
+		if err := g.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if c := next(t, changes); c != (change{"a", true}) {
+			t.Fatalf("got %+v, want a active", c)
+		}
+	})
+}
+
 func newGate(t *testing.T, name string, locker core.Locker, db *sql.DB, changes chan<- change) *Gate {
 	t.Helper()
 	g, err := New(Config{Locker: locker, DB: db, Interval: interval,

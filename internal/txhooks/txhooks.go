@@ -47,29 +47,36 @@ type Hooks struct {
 	state         State
 	afterCommit   []func(context.Context)
 	afterRollback []func(context.Context)
+	// The first callbacks of each list live here, so that a transaction
+	// with few (a write registers one of each) allocates no list.
+	commitBuf, rollbackBuf [2]func(context.Context)
 }
 
 // AfterCommit registers fn to run once after a successful COMMIT. On an
 // ended transaction fn never runs and the registration is logged. A nil fn
 // is ignored.
 func (h *Hooks) AfterCommit(fn func(ctx context.Context)) {
-	h.register("AfterCommit", &h.afterCommit, fn)
+	h.register("AfterCommit", &h.afterCommit, h.commitBuf[:0], fn)
 }
 
 // AfterRollback registers fn to run once after a rollback or a failed
 // COMMIT. On an ended transaction fn never runs and the registration is
 // logged. A nil fn is ignored.
 func (h *Hooks) AfterRollback(fn func(ctx context.Context)) {
-	h.register("AfterRollback", &h.afterRollback, fn)
+	h.register("AfterRollback", &h.afterRollback, h.rollbackBuf[:0], fn)
 }
 
-func (h *Hooks) register(method string, list *[]func(context.Context), fn func(context.Context)) {
+// register appends fn to list, which starts on buf.
+func (h *Hooks) register(method string, list *[]func(context.Context), buf []func(context.Context), fn func(context.Context)) {
 	if fn == nil {
 		return
 	}
 	h.mu.Lock()
 	state := h.state
 	if state == Active {
+		if *list == nil {
+			*list = buf
+		}
 		*list = append(*list, fn)
 	}
 	h.mu.Unlock()
@@ -109,6 +116,9 @@ func (h *Hooks) Finish(ctx context.Context, committed bool) {
 	for i, fn := range run {
 		h.call(ctx, stage, i, fn)
 	}
+	// Let the callbacks' closures go (run may share the inline buffers).
+	clear(h.commitBuf[:])
+	clear(h.rollbackBuf[:])
 }
 
 // call runs one callback; a panic is logged so that the others still run.

@@ -15,3 +15,15 @@ func PlanStatements(s *Store, now time.Time) []sqlstore.Statement {
 // LegacyDDL returns the statements of the previous release's CreateSchema
 // (schema.sql alone) for s's table.
 func LegacyDDL(s *Store) []string { return s.shared.BaseDDL() }
+
+// GetStatement is the statement of Get(id), for the plan tests.
+func GetStatement(s *Store, id string) sqlstore.Statement {
+	return sqlstore.Statement{Name: "get", SQL: "SELECT * FROM " + s.shared.Table() + " WHERE event_id = $1", Args: []any{id}}
+}
+
+// MarkStatement has the shape of MarkDone's UPDATE (one id, fenced by the
+// owner), for the plan tests.
+func MarkStatement(s *Store, id string) sqlstore.Statement {
+	return sqlstore.Statement{Name: "mark", SQL: "UPDATE " + s.shared.Table() + " SET status = 1, done_at = now(), " +
+		"locked_by = NULL, locked_at = NULL WHERE event_id = $1 AND locked_by = $2 AND status IN (0, 2)", Args: []any{id, "explain"}}
+}

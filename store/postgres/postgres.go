@@ -21,10 +21,12 @@
 package postgres
 
 import (
+	"context"
 	"database/sql"
 	_ "embed"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
@@ -52,6 +54,13 @@ type Config struct {
 	// (see core.Ordering). Every process sharing the table must use the
 	// same. Default none: every event is unordered.
 	Ordered core.Ordering
+	// Partitions, when set, makes the table a partitioned table (see
+	// Partitions): CreateSchema creates it partitioned, and
+	// MaintainPartitions, which the purger runs, creates partitions ahead
+	// and drops old ones. A table made without it is converted by
+	// MigrateToPartitioned. Every process sharing the table must set the
+	// same. Default nil: a plain table.
+	Partitions *Partitions
 }
 
 // Store is the PostgreSQL outbox store. It implements core.Store and is safe
@@ -61,7 +70,8 @@ type Config struct {
 // this module's stores in this dialect.
 type Store struct {
 	shared  *sqlstore.Store
-	channel string // the NOTIFY channel of the table (Channel)
+	channel string       // the NOTIFY channel of the table (Channel)
+	parts   *partitioner // nil: a plain table
 }
 
 // New validates cfg and returns a Store. A bad table name returns an error
@@ -71,11 +81,27 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	shared, err := sqlstore.New(dialect(), table).WithOrdering(cfg.Ordered)
+	d := dialect()
+	var parts *partitioner
+	if cfg.Partitions != nil {
+		pc, err := cfg.Partitions.withDefaults()
+		if err != nil {
+			return nil, err
+		}
+		parts = &partitioner{table: table, cfg: pc}
+		d.DDL, d.UpgradeOrdering = partitionedDDL, ""
+		d.AfterSchema = func(ctx context.Context, db core.DBTX) error {
+			if _, err := parts.ensure(ctx, db, time.Now()); err != nil {
+				return fmt.Errorf("create schema: create partitions: %w", err)
+			}
+			return nil
+		}
+	}
+	shared, err := sqlstore.New(d, table).WithOrdering(cfg.Ordered)
 	if err != nil {
 		return nil, err
 	}
-	return &Store{shared: shared, channel: Channel(shared.Table())}, nil
+	return &Store{shared: shared, channel: Channel(shared.Table()), parts: parts}, nil
 }
 
 // dialect returns the PostgreSQL dialect of the shared SQL store.

@@ -80,6 +80,7 @@ func dialect() sqlstore.Dialect {
 			return t.Format(sqlstore.SQLiteTimeFormat)
 		},
 		MaxParams:         32766,
+		PadIDLists:        true,
 		UpgradeOrdering:   upgradeOrdering,
 		IsAlreadyExists:   isDuplicateColumn,
 		IsUniqueViolation: isUniqueViolation,

@@ -65,6 +65,14 @@ var ops = []op{
 	{"insert", "Insert of one event", func(ctx context.Context, st Store, db core.DBTX) error {
 		return st.Insert(ctx, db, envelopes(1), core.InsertOptions{})
 	}},
+	{"insert", "Insert of one event with every optional column, leased by its writer (the hot path)", func(ctx context.Context, st Store, db core.DBTX) error {
+		e, err := core.NewEnvelope(core.EnvelopeSpec{ID: "e-1", Type: core.EventName("Tested"), AggregateType: core.AggregateName("Order"),
+			AggregateID: "o-1", TenantID: "t-1", Headers: map[string]string{"k": "v"}, OccurredAt: now, JSON: []byte(`{}`)})
+		if err != nil {
+			return err
+		}
+		return st.Insert(ctx, db, []core.Envelope{e}, core.InsertOptions{LeaseOwner: "owner", LeaseAt: now})
+	}},
 	{"insert", "Insert of two events, leased by their writer (the hot path)", func(ctx context.Context, st Store, db core.DBTX) error {
 		return st.Insert(ctx, db, envelopes(2), core.InsertOptions{LeaseOwner: "owner", LeaseAt: now})
 	}},

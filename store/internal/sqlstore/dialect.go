@@ -1,9 +1,12 @@
 package sqlstore
 
 import (
+	"context"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outboxkit/outbox/core"
 )
 
 // ClaimStrategy is the shape of the claim statement(s).
@@ -58,6 +61,10 @@ type Dialect struct {
 	// column or index added by an earlier run, where the database has no
 	// IF NOT EXISTS for it) is skipped.
 	UpgradeOrdering string
+	// AfterSchema, when set, runs at the end of CreateSchema, after DDL and
+	// UpgradeOrdering, for what a template cannot say (PostgreSQL's
+	// partitioned table creates its time-bounded partitions there).
+	AfterSchema func(ctx context.Context, db core.DBTX) error
 	// IsAlreadyExists reports a "duplicate column" or "duplicate index"
 	// error. Default: never.
 	IsAlreadyExists func(error) bool
@@ -113,11 +120,13 @@ type Dialect struct {
 	// created_at lies ahead of its done_at (an OccurredAt in the future) is
 	// purged once its created_at is older than the cutoff too.
 	TerminalByCreated bool
-	// PadIDLists: MarkDoneBatch and DeleteDoneBatch pad their id lists to a
-	// power of two, so that batches of any length share a few statement
-	// texts, for drivers that cache prepared statements by text (pgx). With
-	// MySQL's interpolateParams statements travel with their arguments
-	// inline, and on SQLite, measured, padding made no difference.
+	// PadIDLists: the DONE, delete and release batches and the ordered
+	// DONE path pad their id and key lists to a power of two, so that
+	// batches of any length share a few statement texts, for drivers that
+	// cache prepared statements by text (pgx; SQLite's Open caches them
+	// too: unpadded, an ordered DONE batch spent half its CPU preparing its
+	// four statements). With MySQL's interpolateParams statements travel
+	// with their arguments inline.
 	PadIDLists bool
 	// LimitedWrites: UPDATE and DELETE accept ORDER BY ... LIMIT, and a
 	// subquery on the same table with LIMIT is not allowed (MySQL).

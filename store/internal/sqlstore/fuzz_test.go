@@ -93,6 +93,11 @@ func FuzzScanTime(f *testing.F) {
 	f.Add("2024-01-02 03:04:05.123456", int64(1700000000000000))
 	f.Add("2024-01-02 03:04:05+02:00", int64(-62135596800000000))
 	f.Add("garbage", int64(253402300799999999))
+	f.Add("2024-02-29T23:59:59.999999Z", int64(0))
+	f.Add("2023-02-29T00:00:00.000000Z", int64(0))
+	f.Add("2023-13-01T00:00:00.000000Z", int64(0))
+	f.Add("2023-01-01T24:00:00.000000Z", int64(0))
+	f.Add("2023-01-01T00:00:00.00000+Z", int64(0))
 	f.Fuzz(func(t *testing.T, text string, micros int64) {
 		var a, b nullTime
 		if err := errors.Join(a.Scan(text), b.Scan([]byte(text))); err != nil {
@@ -100,6 +105,13 @@ func FuzzScanTime(f *testing.F) {
 		}
 		if (a.Err == nil) != (b.Err == nil) || a.Time != b.Time || a.Valid != b.Valid {
 			t.Fatalf("string and []byte scans of %q differ: %+v / %+v", text, a, b)
+		}
+		// What the fast path reads, time.Parse reads the same way; what it
+		// leaves, the layouts of parse read.
+		ft, fast := parseFixedTime(text)
+		pt, perr := time.Parse(SQLiteTimeFormat, text)
+		if fast && (perr != nil || !ft.Equal(pt)) || !fast && perr == nil && !a.Time.Equal(pt) {
+			t.Fatalf("%q: fixed-width parse %v (%v), time.Parse %v (%v)", text, ft, fast, pt, perr)
 		}
 		if a.Err == nil && (!a.Valid || a.Time.Location() != time.UTC) {
 			t.Fatalf("%q scanned as %v (valid %v), want a valid UTC time", text, a.Time, a.Valid)

@@ -319,7 +319,7 @@ func (s *Store) MarkDeadOrdered(ctx context.Context, db core.DBTX, owner, id str
 // owner. It runs in tx, a transaction.
 func (s *Store) finish(ctx context.Context, tx core.DBTX, owner string, ids []string, now time.Time, set string, setArgs []any, advance func(aggType string) bool) (int64, []core.Event, error) {
 	q, args := s.inList("SELECT event_id, aggregate_type, aggregate_id, seq FROM "+s.qt+
-		" WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (", ids, owner)
+		" WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (", s.padIDs(ids), owner)
 	rows, err := tx.QueryContext(ctx, s.d.rebind(q+")"+lockingRead(s.d)), args...)
 	if err != nil {
 		return 0, nil, err
@@ -349,7 +349,7 @@ func (s *Store) finish(ctx context.Context, tx core.DBTX, owner string, ids []st
 		return 0, nil, nil
 	}
 	q, args = s.inList("UPDATE "+s.qt+" SET "+set+" WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (",
-		held, append(setArgs, owner)...)
+		s.padIDs(held), append(setArgs, owner)...)
 	res, err := tx.ExecContext(ctx, s.d.rebind(q+")"), args...)
 	if err != nil {
 		return 0, nil, err

@@ -20,10 +20,14 @@ type Store struct {
 	qt    string // quoted table
 
 	insertPrefix string
-	markDone     string
-	markRetry    string
-	markDead     string
-	get          string
+	// insertOne holds the statements of a single unordered event, indexed
+	// by the oneRow bits of the columns it binds; the others are literals
+	// (see insertOneRow).
+	insertOne [oneRowShapes]string
+	markDone  string
+	markRetry string
+	markDead  string
+	get       string
 	// claims[0] walks the pending rows from the oldest one, claims[1] from
 	// ClaimParams.From (one more bind argument, first among the candidate
 	// arguments).
@@ -57,6 +61,9 @@ func New(d Dialect, table TableName) *Store {
 	}
 	s.insertPrefix = "INSERT INTO " + s.qt + " (event_id, event_type, aggregate_type, aggregate_id, tenant_id, " +
 		"payload, headers, status, attempts, available_at, created_at, locked_by, locked_at, seq) VALUES "
+	for shape := range s.insertOne {
+		s.insertOne[shape] = d.rebind(s.insertPrefix + oneRowValues(shape))
+	}
 	fence := " WHERE event_id = ? AND locked_by = ? AND status IN (0, 2)"
 	s.markDone = d.rebind("UPDATE " + s.qt + " SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL" + fence)
 	s.markRetry = d.rebind("UPDATE " + s.qt + " SET status = 2, attempts = attempts + 1, available_at = ?, " +
@@ -126,6 +133,9 @@ func (s *Store) CreateSchema(ctx context.Context, db core.DBTX) error {
 		if _, err := db.ExecContext(ctx, stmt); err != nil && !s.d.IsAlreadyExists(err) {
 			return fmt.Errorf("create schema: add ordered delivery: %w", err)
 		}
+	}
+	if s.d.AfterSchema != nil {
+		return s.d.AfterSchema(ctx, db)
 	}
 	return nil
 }
@@ -266,6 +276,9 @@ func (s *Store) insert(ctx context.Context, db core.DBTX, envs []core.Envelope, 
 		}
 		lockedBy, lockedAt = opts.LeaseOwner, s.ts(at)
 	}
+	if len(envs) == 1 && (plan == nil || plan[0].seq == 0) {
+		return s.insertOneRow(ctx, db, envs[0], lockedBy, lockedAt)
+	}
 	maxRows := s.maxInsertRows()
 	args := make([]any, 0, min(len(envs), maxRows)*insertCols)
 	var sb strings.Builder
@@ -280,13 +293,9 @@ func (s *Store) insert(ctx context.Context, db core.DBTX, envs []core.Envelope, 
 		return s.wrap("insert events", err)
 	}
 	for i, env := range envs {
-		headers, err := encodeHeaders(env.RawHeaders())
+		payload, headers, err := rowBody(env)
 		if err != nil {
 			return err
-		}
-		payload := env.RawPayload()
-		if payload == nil {
-			payload = []byte{}
 		}
 		if rows > 0 && (rows == maxRows || bytes+len(payload) > maxInsertBytes) {
 			if err := flush(); err != nil {
@@ -306,13 +315,101 @@ func (s *Store) insert(ctx context.Context, db core.DBTX, envs []core.Envelope, 
 				by, at = nil, nil
 			}
 		}
+		createdAt := s.ts(env.OccurredAt())
 		args = append(args, env.ID(), env.Type(), env.AggregateType(), nullIfEmpty(env.AggregateID()),
-			nullIfEmpty(env.TenantID()), payload, headers, int16(status), s.ts(env.AvailableAt()), s.ts(env.OccurredAt()),
-			by, at, seq)
+			nullIfEmpty(env.TenantID()), payload, headers, int16(status), s.tsOr(env.AvailableAt(), env.OccurredAt(), createdAt),
+			createdAt, by, at, seq)
 		rows++
 		bytes += len(payload)
 	}
 	return flush()
+}
+
+// The columns a single-row insert binds only when they have a value;
+// without one it writes them as literals (NULL).
+const (
+	oneRowAggregateID = 1 << iota
+	oneRowTenantID
+	oneRowHeaders
+	oneRowLeased
+	oneRowShapes = 1 << iota
+)
+
+// oneRowValues returns the VALUES list of a single unordered NEW event whose
+// bound optional columns are the bits of shape. The status, attempts and
+// seq of such a row are always 0, 0 and NULL.
+func oneRowValues(shape int) string {
+	opt := func(bit int) string {
+		if shape&bit != 0 {
+			return "?"
+		}
+		return "NULL"
+	}
+	lease := "NULL, NULL"
+	if shape&oneRowLeased != 0 {
+		lease = "?, ?"
+	}
+	return "(?, ?, ?, " + opt(oneRowAggregateID) + ", " + opt(oneRowTenantID) + ", ?, " + opt(oneRowHeaders) +
+		", 0, 0, ?, ?, " + lease + ", NULL)"
+}
+
+// rowBody returns the payload (never nil: the column is NOT NULL) and the
+// encoded headers of env's row.
+func rowBody(env core.Envelope) (payload []byte, headers any, err error) {
+	headers, err = encodeHeaders(env.RawHeaders())
+	if err != nil {
+		return nil, nil, err
+	}
+	payload = env.RawPayload()
+	if payload == nil {
+		payload = []byte{}
+	}
+	return payload, headers, nil
+}
+
+// insertOneRow writes one unordered event: the common write, one event per
+// business transaction. Its statement is prepared text (insertOne) and binds
+// only the values the row has, so that a write costs no statement building
+// and as few arguments as it needs.
+func (s *Store) insertOneRow(ctx context.Context, db core.DBTX, env core.Envelope, lockedBy, lockedAt any) error {
+	payload, headers, err := rowBody(env)
+	if err != nil {
+		return err
+	}
+	createdAt := s.ts(env.OccurredAt())
+	args := make([]any, 0, insertCols)
+	args = append(args, env.ID(), env.Type(), env.AggregateType())
+	shape := 0
+	if id := env.AggregateID(); id != "" {
+		shape |= oneRowAggregateID
+		args = append(args, id)
+	}
+	if id := env.TenantID(); id != "" {
+		shape |= oneRowTenantID
+		args = append(args, id)
+	}
+	args = append(args, payload)
+	if headers != nil {
+		shape |= oneRowHeaders
+		args = append(args, headers)
+	}
+	args = append(args, s.tsOr(env.AvailableAt(), env.OccurredAt(), createdAt), createdAt)
+	if lockedBy != nil {
+		shape |= oneRowLeased
+		args = append(args, lockedBy, lockedAt)
+	}
+	_, err = db.ExecContext(ctx, s.insertOne[shape], args...)
+	return s.wrap("insert events", err)
+}
+
+// tsOr returns the encoding of t, or encoded, the encoding of same, when t
+// is same: an event's availability is its creation time unless delayed, and
+// encoding it once spares an allocation.
+func (s *Store) tsOr(t, same time.Time, encoded any) any {
+	if t.Equal(same) {
+		return encoded
+	}
+	return s.ts(t)
 }
 
 func (s *Store) mark(ctx context.Context, db core.DBTX, op, query string, args ...any) (bool, error) {
@@ -374,15 +471,7 @@ func (s *Store) DeleteDoneBatch(ctx context.Context, db core.DBTX, owner string,
 func (s *Store) leasedBatch(ctx context.Context, db core.DBTX, op, prefix string, ids []string, lead ...any) (int64, error) {
 	var total int64
 	for chunk := range slices.Chunk(ids, batchChunk) {
-		padded := chunk
-		if n := nextPow2(len(chunk)); s.d.PadIDLists && n > len(chunk) {
-			padded = make([]string, n)
-			copy(padded, chunk)
-			for i := len(chunk); i < n; i++ {
-				padded[i] = chunk[len(chunk)-1]
-			}
-		}
-		q, args := s.inList(prefix, padded, lead...)
+		q, args := s.inList(prefix, s.padIDs(chunk), lead...)
 		n, err := s.exec(ctx, db, q+")", args...)
 		if err != nil {
 			return total, s.wrap(op, err)
@@ -390,6 +479,21 @@ func (s *Store) leasedBatch(ctx context.Context, db core.DBTX, op, prefix string
 		total += n
 	}
 	return total, nil
+}
+
+// padIDs returns ids padded to a power of two by repeating its last id,
+// under Dialect.PadIDLists (see leasedBatch), else ids itself.
+func (s *Store) padIDs(ids []string) []string {
+	n := nextPow2(len(ids))
+	if !s.d.PadIDLists || n <= len(ids) {
+		return ids
+	}
+	padded := make([]string, n)
+	copy(padded, ids)
+	for i := len(ids); i < n; i++ {
+		padded[i] = ids[len(ids)-1]
+	}
+	return padded
 }
 
 // RenewLeases implements core.LeaseRenewer: one UPDATE per 512 ids, fenced
@@ -523,11 +627,11 @@ func (s *Store) Claim(ctx context.Context, db core.DBTX, p core.ClaimParams) (ev
 		var err error
 		switch s.d.Claim {
 		case ClaimReturning:
-			events, bad, err = s.claimReturning(ctx, db, stmts.ret, p.Owner, now, candidateArgs)
+			events, bad, err = s.claimReturning(ctx, db, stmts.ret, p.Owner, now, candidateArgs, p.Limit)
 		case ClaimUpdateThenSelect:
-			events, bad, err = s.claimUpdateThenSelect(ctx, db, stmts.upd, p.Owner, now, candidateArgs)
+			events, bad, err = s.claimUpdateThenSelect(ctx, db, stmts.upd, p.Owner, now, candidateArgs, p.Limit)
 		case ClaimSelectForUpdate:
-			events, bad, err = s.claimSelectForUpdate(ctx, db, stmts.sel, p.Owner, now, candidateArgs)
+			events, bad, err = s.claimSelectForUpdate(ctx, db, stmts.sel, p.Owner, now, candidateArgs, p.Limit)
 		default:
 			err = fmt.Errorf("unknown claim strategy %v", s.d.Claim)
 		}
@@ -558,12 +662,12 @@ func (s *Store) claimStatements(p core.ClaimParams, now time.Time) (claimStmts, 
 	return s.claims[1], append([]any{s.ts(p.From)}, args...)
 }
 
-func (s *Store) claimReturning(ctx context.Context, db core.DBTX, stmt, owner string, now time.Time, cand []any) ([]core.Event, []core.RowError, error) {
+func (s *Store) claimReturning(ctx context.Context, db core.DBTX, stmt, owner string, now time.Time, cand []any, limit int) ([]core.Event, []core.RowError, error) {
 	rows, err := db.QueryContext(ctx, stmt, append([]any{owner, s.ts(now)}, cand...)...)
 	if err != nil {
 		return nil, nil, err
 	}
-	events, bad, err := scanEvents(rows)
+	events, bad, err := scanEventsN(rows, limit)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -572,7 +676,7 @@ func (s *Store) claimReturning(ctx context.Context, db core.DBTX, stmt, owner st
 	return events, bad, nil
 }
 
-func (s *Store) claimUpdateThenSelect(ctx context.Context, db core.DBTX, stmt, owner string, now time.Time, cand []any) ([]core.Event, []core.RowError, error) {
+func (s *Store) claimUpdateThenSelect(ctx context.Context, db core.DBTX, stmt, owner string, now time.Time, cand []any, limit int) ([]core.Event, []core.RowError, error) {
 	lease := s.ts(s.leases.next(now))
 	res, err := db.ExecContext(ctx, stmt, append([]any{owner, lease}, cand...)...)
 	if err != nil {
@@ -581,11 +685,12 @@ func (s *Store) claimUpdateThenSelect(ctx context.Context, db core.DBTX, stmt, o
 	if n, err := res.RowsAffected(); err == nil && n == 0 {
 		return nil, nil, nil
 	}
+	n, _ := res.RowsAffected()
 	rows, err := db.QueryContext(ctx, s.claimReadBack, owner, lease)
 	if err != nil {
 		return nil, nil, err
 	}
-	events, bad, err := scanEvents(rows)
+	events, bad, err := scanEventsN(rows, min(int(n), limit))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -616,13 +721,13 @@ func (c *leaseClock) next(t time.Time) time.Time {
 	return t
 }
 
-func (s *Store) claimSelectForUpdate(ctx context.Context, db core.DBTX, stmt, owner string, now time.Time, cand []any) (events []core.Event, bad []core.RowError, err error) {
+func (s *Store) claimSelectForUpdate(ctx context.Context, db core.DBTX, stmt, owner string, now time.Time, cand []any, limit int) (events []core.Event, bad []core.RowError, err error) {
 	err = inTx(ctx, db, func(tx core.DBTX) error {
 		rows, err := tx.QueryContext(ctx, stmt, cand...)
 		if err != nil {
 			return err
 		}
-		events, bad, err = scanEvents(rows)
+		events, bad, err = scanEventsN(rows, limit)
 		if err != nil || len(events)+len(bad) == 0 {
 			return err
 		}
@@ -650,6 +755,12 @@ func (s *Store) claimSelectForUpdate(ctx context.Context, db core.DBTX, stmt, ow
 // db when db is already a transaction.
 func inTx(ctx context.Context, db core.DBTX, fn func(tx core.DBTX) error) error {
 	return inTxOpts(ctx, db, &sql.TxOptions{Isolation: sql.LevelReadCommitted}, fn)
+}
+
+// InTx runs fn in a transaction with opts begun on db, committed when fn
+// succeeds, or directly on db when db is already a transaction.
+func InTx(ctx context.Context, db core.DBTX, opts *sql.TxOptions, fn func(tx core.DBTX) error) error {
+	return inTxOpts(ctx, db, opts, fn)
 }
 
 func inTxOpts(ctx context.Context, db core.DBTX, opts *sql.TxOptions, fn func(tx core.DBTX) error) (err error) {
