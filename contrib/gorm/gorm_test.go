@@ -188,10 +188,7 @@ func TestDBTXInGormTransaction(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Not leased by the hot path: the poller claims it.
-			if _, err := h.Outbox.Poller().PollOnce(ctx); err != nil {
-				t.Fatal(err)
-			}
-			if ev := h.Await(t); ev.AggregateID() != "o-2" {
+			if ev := h.AwaitPolled(t); ev.AggregateID() != "o-2" {
 				t.Fatalf("delivered %s", ev.AggregateID())
 			}
 			if _, err := outboxgorm.DBTX(gdb); !errors.Is(err, core.ErrNoTransaction) {

@@ -65,7 +65,10 @@ const (
 	// ClaimSkipLocked (the default) runs, in one READ COMMITTED transaction,
 	// SELECT ... ORDER BY created_at, event_id LIMIT n FOR UPDATE SKIP LOCKED
 	// and an UPDATE of the selected ids. Concurrent pollers pass each other's
-	// rows instead of waiting on them. Needs MySQL 8.0.1+ or MariaDB 10.6+.
+	// rows instead of waiting on them; InnoDB locks a row its scan reads even
+	// where the row then fails the WHERE, so a claim can also pass a due row
+	// the other claim does not take, which the next poll claims. Needs MySQL
+	// 8.0.1+ or MariaDB 10.6+.
 	ClaimSkipLocked ClaimStrategy = iota
 	// ClaimUpdateLimit runs UPDATE ... ORDER BY created_at, event_id LIMIT n
 	// setting the lease, then reads the rows back by lease owner and lease
