@@ -41,7 +41,7 @@ type Dispatcher struct {
 	releaser  *lease.Releaser     // leases whose release failed; see release.go
 
 	dueMu sync.Mutex
-	due   []func(time.Time) // NotifyDue's subscribers
+	due   []func(due, from time.Time) // NotifyDueFrom's subscribers
 
 	life     *lifecycle.Staged // Start, Close and the shutdown stages set in New
 	workers  sync.WaitGroup
@@ -218,16 +218,30 @@ func (d *Dispatcher) NotifyDue(fn func(due time.Time)) {
 	if fn == nil {
 		return
 	}
+	d.NotifyDueFrom(func(due, _ time.Time) { fn(due) })
+}
+
+// NotifyDueFrom is NotifyDue with the creation time of the oldest event
+// concerned as well (its core.Event.CreatedAt; zero when the dispatcher does
+// not know it), so that a poller can claim from there rather than from the
+// oldest row. poller.New registers the poller's WakeAtFrom here. fn must not
+// block.
+func (d *Dispatcher) NotifyDueFrom(fn func(due, from time.Time)) {
+	if fn == nil {
+		return
+	}
 	d.dueMu.Lock()
 	d.due = append(d.due, fn)
 	d.dueMu.Unlock()
 }
 
-func (d *Dispatcher) notifyDue(t time.Time) {
+// notifyDue reports that events created at or after from (zero: not known)
+// become deliverable at t.
+func (d *Dispatcher) notifyDue(t, from time.Time) {
 	d.dueMu.Lock()
 	fns := d.due
 	d.dueMu.Unlock()
 	for _, fn := range fns {
-		fn(t)
+		fn(t, from)
 	}
 }

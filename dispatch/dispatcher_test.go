@@ -503,8 +503,10 @@ func TestNotifyDueOnRetry(t *testing.T) {
 		return core.RetryAfter(nil, 7*time.Millisecond)
 	}, nil)
 	h.d.NotifyDue(func(at time.Time) { due <- at })
+	from := make(chan time.Time, 1)
+	h.d.NotifyDueFrom(func(_, f time.Time) { from <- f })
 	h.start()
-	h.hot("ev-1")
+	ev := h.hot("ev-1")
 	select {
 	case at := <-due:
 		if want := t0.Add(7 * time.Millisecond); !at.Equal(want) {
@@ -512,5 +514,9 @@ func TestNotifyDueOnRetry(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("NotifyDue not called")
+	}
+	// Sent by the same call as NotifyDue's.
+	if f := <-from; !f.Equal(ev.CreatedAt) || f.IsZero() {
+		t.Errorf("due from %v, want the event's created_at %v", f, ev.CreatedAt)
 	}
 }

@@ -70,9 +70,11 @@
 // A poller is required: failed events wait in the database as RETRY and only
 // a poller claims them when they fall due, and events the hot queue refused
 // or that carry a future NotBefore are left to it too. To keep short retry
-// delays short, the dispatcher reports each due time through NotifyDue, and
-// poller.New subscribes the poller's WakeAt there, so a retry due in 200 ms is
-// claimed after about 200 ms rather than at the next poll interval.
+// delays short, the dispatcher reports each due time through NotifyDueFrom,
+// with the creation time of the oldest event concerned, and poller.New
+// subscribes the poller's WakeAtFrom there: a retry due in 200 ms is claimed
+// after about 200 ms rather than at the next poll interval, by a claim that
+// starts from the event's creation time rather than from the oldest row.
 //
 // # Shutdown
 //

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/outboxkit/outbox/core"
 )
@@ -52,6 +53,9 @@ func (h writerHook) AfterCommit(ctx context.Context, envs []core.Envelope) error
 		later     []string
 		dueAt     = now
 		anyQueued bool
+		// The oldest created_at of each, from which the poller claims
+		// (a zero one, not known, is the oldest: from the oldest row).
+		refusedFrom, laterFrom time.Time
 	)
 	for _, env := range envs {
 		ev := core.Event{
@@ -68,6 +72,9 @@ func (h writerHook) AfterCommit(ctx context.Context, envs []core.Envelope) error
 			if len(later) == 1 || ev.AvailableAt.Before(dueAt) {
 				dueAt = ev.AvailableAt
 			}
+			if len(later) == 1 || ev.CreatedAt.Before(laterFrom) {
+				laterFrom = ev.CreatedAt
+			}
 			continue
 		}
 		switch d.enqueueHot(ev) {
@@ -80,6 +87,9 @@ func (h writerHook) AfterCommit(ctx context.Context, envs []core.Envelope) error
 			// instance deliver it too, and fence off this one's DONE.
 		default:
 			refused = append(refused, env.ID())
+			if len(refused) == 1 || ev.CreatedAt.Before(refusedFrom) {
+				refusedFrom = ev.CreatedAt
+			}
 		}
 	}
 	if anyQueued && d.yield != nil {
@@ -103,10 +113,10 @@ func (h writerHook) AfterCommit(ctx context.Context, envs []core.Envelope) error
 		return fmt.Errorf("release %d events the hot queue did not take (retrying in the background): %w", len(ids), err)
 	}
 	if len(refused) > 0 {
-		d.notifyDue(now)
+		d.notifyDue(now, refusedFrom)
 	}
 	if len(later) > 0 {
-		d.notifyDue(dueAt)
+		d.notifyDue(dueAt, laterFrom)
 	}
 	return nil
 }

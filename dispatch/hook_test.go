@@ -76,12 +76,15 @@ func TestWriterHookThroughWriter(t *testing.T) {
 }
 
 // Events the hot queue refuses and events not yet due are released in one
-// statement and reported as due; only refusals count as drops.
+// statement and reported as due, with the oldest creation time of each (to
+// NotifyDueFrom's subscribers); only refusals count as drops.
 func TestWriterHookReleasesWhatItCannotTake(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, nil, func(c *dispatch.Config) { c.HotQueueSize = 1 })
 	var due []time.Time
 	h.d.NotifyDue(func(at time.Time) { due = append(due, at) })
+	var from []time.Time
+	h.d.NotifyDueFrom(func(_, f time.Time) { from = append(from, f) })
 	later := t0.Add(time.Hour)
 	envs := []core.Envelope{newEnv(t, "a"), newEnv(t, "b")}
 	env, err := core.NewEnvelope(core.EnvelopeSpec{ID: "c", Type: orderPlaced, AggregateType: orders, JSON: []byte(`1`), NotBefore: later})
@@ -106,6 +109,9 @@ func TestWriterHookReleasesWhatItCannotTake(t *testing.T) {
 	}
 	if !slices.EqualFunc(due, []time.Time{t0, later}, time.Time.Equal) {
 		t.Errorf("due notifications = %v, want [%v %v]", due, t0, later)
+	}
+	if want := []time.Time{envs[1].OccurredAt(), envs[2].OccurredAt()}; !slices.EqualFunc(from, want, time.Time.Equal) {
+		t.Errorf("due notifications from %v, want %v", from, want)
 	}
 	if e, d := h.metrics.Counts().HotEnqueued, h.metrics.Counts().HotDropped; e != 1 || d != 1 {
 		t.Errorf("HotEnqueued/HotDropped = %d/%d, want 1/1", e, d)

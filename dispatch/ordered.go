@@ -64,11 +64,17 @@ func (d *Dispatcher) takePromoted(ctx context.Context, evs []core.Event) {
 		return
 	}
 	now := d.cfg.Now()
-	var release []string
-	dueAt := time.Time{}
+	var (
+		release []string
+		dueAt   time.Time
+		from    time.Time // the oldest created_at released (zero: not known)
+	)
 	for _, ev := range evs {
 		if ev.AvailableAt.After(now) {
 			release = append(release, ev.ID())
+			if len(release) == 1 || ev.CreatedAt.Before(from) {
+				from = ev.CreatedAt
+			}
 			if dueAt.IsZero() || ev.AvailableAt.Before(dueAt) {
 				dueAt = ev.AvailableAt
 			}
@@ -78,6 +84,9 @@ func (d *Dispatcher) takePromoted(ctx context.Context, evs []core.Event) {
 		case queued, held:
 		default:
 			release = append(release, ev.ID())
+			if len(release) == 1 || ev.CreatedAt.Before(from) {
+				from = ev.CreatedAt
+			}
 			dueAt = now
 		}
 	}
@@ -92,5 +101,5 @@ func (d *Dispatcher) takePromoted(ctx context.Context, evs []core.Event) {
 		d.log.Warn().Err(err).Int("events", len(release)).Msg("outbox release of promoted events failed; retrying in the background")
 		return
 	}
-	d.notifyDue(dueAt)
+	d.notifyDue(dueAt, from)
 }

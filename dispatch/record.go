@@ -80,7 +80,7 @@ func (d *Dispatcher) record(ctx context.Context, e *entry, ev core.Event, res ou
 		d.cfg.Metrics.DispatchFailure()
 		next := now.Add(delay)
 		d.eventLog(d.log.Warn(), ev).Err(err).Int("attempts", attempts).Int64("retry_in_ms", delay.Milliseconds()).Msg("outbox event failed; retry scheduled")
-		d.write(ctx, writeOp{e: e, kind: writeRetry, at: next, lastErr: core.TruncateError(err.Error())})
+		d.write(ctx, writeOp{e: e, kind: writeRetry, at: next, created: ev.CreatedAt, lastErr: core.TruncateError(err.Error())})
 	}
 }
 

@@ -37,7 +37,7 @@ func (d *Dispatcher) newReleaser() *lease.Releaser {
 			return nil
 		},
 		Skip:     d.inflight.held,
-		Released: func() { d.notifyDue(d.cfg.Now()) },
+		Released: func() { d.notifyDue(d.cfg.Now(), time.Time{}) },
 		Now:      d.cfg.Now,
 		Logger:   d.log,
 		Who:      "outbox dispatcher",

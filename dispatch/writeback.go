@@ -58,6 +58,7 @@ type writeOp struct {
 	e       *entry
 	kind    writeKind
 	at      time.Time // RETRY: when the next attempt is due; DEAD: done_at
+	created time.Time // RETRY: the event's created_at
 	lastErr string    // RETRY, DEAD
 }
 
@@ -203,7 +204,7 @@ func (d *Dispatcher) landed(op writeOp, ok bool) {
 		return
 	}
 	if op.kind == writeRetry {
-		d.notifyDue(op.at)
+		d.notifyDue(op.at, op.created)
 	}
 }
 

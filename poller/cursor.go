@@ -1,6 +1,7 @@
 package poller
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -42,6 +43,15 @@ const maxHeadGap = time.Minute
 // due head claim runs at once, and a row behind the cursor waits no longer
 // than without one; after a long drain without VACUUM, it waits up to
 // max(Interval, min(headScanShare·d, maxHeadGap)).
+//
+// Where the creation time of the rows that fall due behind the cursor is
+// known (a retry, an event the hot queue refused, rows the handler refused),
+// a mark records it, and a claim from the oldest due mark (a mark claim)
+// takes them without a walk from the oldest row: its cost is the rows since
+// the mark, which for an event released a moment ago is next to nothing.
+// Mark claims keep their own share of the claiming time, as head claims do,
+// so that a mark far back (a retry of an old event) costs no more than a
+// head claim would.
 type cursor struct {
 	min, max int           // BatchSize, MaxBatchSize
 	interval time.Duration // Interval
@@ -49,12 +59,26 @@ type cursor struct {
 	mu       sync.Mutex
 	from     time.Time // where claims start; zero: no claim took a row yet
 	size     int       // rows the next claim asks for
-	headDue  bool      // a claim came back short or released rows
-	rewinds  wakeups   // times at which rows become claimable behind from
+	headDue  bool      // a claim came back short
+	rewinds  wakeups   // times at which rows become claimable behind from, from where unknown
+	marks    []mark    // rows that become claimable, from where known
 	headAt   time.Time // when the last head claim started
 	headCost time.Duration
+	markAt   time.Time // when the last mark claim started
+	markCost time.Duration
 	backlog  bool // the last claim came back full and was held: a backlog drains
 	roomMax  int  // the most room the handler ever reported: its queue's size
+}
+
+// A mark records that rows created at or after from become claimable at
+// due.
+type mark struct{ due, from time.Time }
+
+// A plan is where a claim starts and how many rows it asks for.
+type plan struct {
+	from time.Time // zero: the oldest row
+	size int
+	mark bool // a mark claim: from lies behind the cursor
 }
 
 func newCursor(cfg Config) *cursor {
@@ -68,25 +92,70 @@ func (c *cursor) rewindAt(t time.Time) {
 	c.mu.Unlock()
 }
 
-// next returns where a claim starting at now begins (zero: the oldest row)
-// and how many rows it asks for.
-func (c *cursor) next(now time.Time) (from time.Time, size int) {
+// markFrom records that rows created at or after from become claimable at
+// t; a zero from is rewindAt(t).
+func (c *cursor) markFrom(t, from time.Time) {
+	c.mu.Lock()
+	c.addMark(t, from)
+	c.mu.Unlock()
+}
+
+// addMark adds a mark, or, with a zero from or beyond maxWakeups marks, a
+// rewind to the oldest row.
+func (c *cursor) addMark(t, from time.Time) {
+	if from.IsZero() || len(c.marks) >= maxWakeups {
+		c.rewinds.add(t)
+		return
+	}
+	c.marks = append(c.marks, mark{due: t, from: from})
+}
+
+// share reports whether a claim behind the cursor whose last one started at
+// at and took cost may run at now: whether it keeps to its share of the
+// claiming time.
+func share(now, at time.Time, cost time.Duration) bool {
+	return now.Sub(at) >= min(time.Duration(headScanShare-1)*cost, maxHeadGap)
+}
+
+// next returns the plan of a claim starting at now.
+func (c *cursor) next(now time.Time) plan {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.from.IsZero() {
-		return time.Time{}, c.size
+		return plan{size: c.size}
 	}
-	since := now.Sub(c.headAt)
-	if since < min(time.Duration(headScanShare-1)*c.headCost, maxHeadGap) {
-		return c.from, c.size
+	if from, ok := c.dueMark(now); ok && share(now, c.markAt, c.markCost) {
+		return plan{from: from, size: c.size, mark: true}
 	}
-	if c.headDue || since >= c.interval {
-		return time.Time{}, c.size
+	if !share(now, c.headAt, c.headCost) {
+		return plan{from: c.from, size: c.size}
+	}
+	if c.headDue || now.Sub(c.headAt) >= c.interval {
+		return plan{size: c.size}
 	}
 	if t, ok := c.rewinds.first(); ok && !t.After(now) {
-		return time.Time{}, c.size
+		return plan{size: c.size}
 	}
-	return c.from, c.size
+	return plan{from: c.from, size: c.size}
+}
+
+// dueMark returns the oldest from of the marks due at now that lie behind
+// the cursor. Due marks at or ahead of it are dropped: claims from the
+// cursor take their rows.
+func (c *cursor) dueMark(now time.Time) (from time.Time, ok bool) {
+	kept := c.marks[:0]
+	for _, m := range c.marks {
+		if !m.due.After(now) && !m.from.Before(c.from) {
+			continue
+		}
+		kept = append(kept, m)
+		if !m.due.After(now) && (!ok || m.from.Before(from)) {
+			from, ok = m.from, true
+		}
+	}
+	clear(c.marks[len(kept):])
+	c.marks = kept
+	return from, ok
 }
 
 // waitForRoom reports whether a claim should wait for more room than the
@@ -117,20 +186,35 @@ func (c *cursor) failed() {
 	c.backlog = false
 }
 
-// done records the outcome of a claim that started at now from from: the
+// done records the outcome of a claim that started at now with p: the
 // created_at of the newest row it took (zero if none), and how long it took.
 // full: it came back with as many rows as it asked for. held: the poller
-// holds every row it took (none was released).
-func (c *cursor) done(now, from time.Time, full, held bool, last time.Time, took time.Duration) {
+// holds every row it took; if not, released is the created_at of the
+// oldest row it released (the handler refused it).
+func (c *cursor) done(now time.Time, p plan, full, held bool, released, last time.Time, took time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if from.IsZero() {
-		c.headAt, c.headCost, c.headDue = now, took, false
-		c.rewinds.removeThrough(now)
+	if p.mark {
+		c.markDone(now, p, full, held, last, took)
+	} else {
+		c.cursorDone(now, p, full, held, last, took)
 	}
 	if !held {
-		// Released rows lie behind the cursor.
-		c.headDue = true
+		// Released rows may lie behind the cursor.
+		c.addMark(now, released)
+	}
+}
+
+// cursorDone records the outcome of a claim from the cursor or the oldest
+// row.
+func (c *cursor) cursorDone(now time.Time, p plan, full, held bool, last time.Time, took time.Duration) {
+	if p.from.IsZero() {
+		c.headAt, c.headCost, c.headDue = now, took, false
+		c.rewinds.removeThrough(now)
+		// The rows of the marks due by now were claimable at now: the
+		// head claim took them, or they lie beyond a full claim's last
+		// row, ahead of the cursor.
+		c.dropMarks(now, time.Time{})
 	}
 	switch {
 	case last.IsZero() || !held:
@@ -153,4 +237,30 @@ func (c *cursor) done(now, from time.Time, full, held bool, last time.Time, took
 		c.size = c.min
 		c.headDue = true
 	}
+}
+
+// markDone records the outcome of a mark claim: the marks it served go, and
+// a full one leaves a mark at its last row, from which the next mark claim
+// goes on. The cursor stays where it is.
+func (c *cursor) markDone(now time.Time, p plan, full, held bool, last time.Time, took time.Duration) {
+	c.markAt, c.markCost = now, took
+	switch {
+	case full && held && last.Before(c.from):
+		// Rows due by now may lie between last and the cursor.
+		c.dropMarks(now, p.from)
+		c.addMark(now, last)
+	default:
+		// Short, it took every row claimable at now from p.from on; or
+		// full, and the rows beyond last are the cursor's claims', or
+		// the handler refused rows, which done marks.
+		c.dropMarks(now, p.from)
+	}
+}
+
+// dropMarks drops the marks due by now from at or after from (zero: all of
+// them due by now).
+func (c *cursor) dropMarks(now, from time.Time) {
+	c.marks = slices.DeleteFunc(c.marks, func(m mark) bool {
+		return !m.due.After(now) && !m.from.Before(from)
+	})
 }

@@ -10,19 +10,23 @@ func TestCursor(t *testing.T) {
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	row := func(s int) time.Time { return t0.Add(-time.Hour + time.Duration(s)*time.Second) }
 	// A step is one claim: at is when it starts, relative to t0; it comes
-	// back full or not, holding every row or not, its last row created at
-	// row(last), and took took. want* is where the claim starts (zero: the
-	// oldest row) and how many rows it asks for.
+	// back full or not, releasing rows from row(released) on or holding
+	// every row (released 0), its last row created at row(last), and took
+	// took. want* is where the claim starts (zero: the oldest row), whether
+	// from a mark, and how many rows it asks for.
 	type step struct {
-		at         time.Duration
-		wantHead   bool
-		wantFrom   int
-		wantSize   int
-		full, held bool
-		last       int
-		took       time.Duration
-		rewind     time.Duration // if not zero: a wake-up request for t0+rewind, before the claim
-		failed     bool          // the claim returns an error
+		at       time.Duration
+		wantHead bool
+		wantFrom int
+		wantMark bool
+		wantSize int
+		full     bool
+		released int
+		last     int
+		took     time.Duration
+		rewind   time.Duration // if not zero: a wake-up request for t0+rewind, before the claim
+		mark     int           // with rewind: the request is for rows from row(mark) on
+		failed   bool          // the claim returns an error
 	}
 	ms := time.Millisecond
 	tests := []struct {
@@ -30,57 +34,97 @@ func TestCursor(t *testing.T) {
 		steps []step
 	}{
 		{"a backlog grows the claims and moves the start; a short claim ends it", []step{
-			{at: 0, wantHead: true, wantSize: 100, full: true, held: true, last: 1, took: ms},
-			{at: 10 * ms, wantFrom: 1, wantSize: 200, full: true, held: true, last: 2, took: ms},
-			{at: 20 * ms, wantFrom: 2, wantSize: 400, full: true, held: true, last: 3, took: ms},
-			{at: 30 * ms, wantFrom: 3, wantSize: 800, full: true, held: true, last: 4, took: ms},
-			{at: 40 * ms, wantFrom: 4, wantSize: 1000, full: true, held: true, last: 5, took: ms},
-			{at: 50 * ms, wantFrom: 5, wantSize: 1000, full: false, held: true, last: 6, took: ms},
+			{at: 0, wantHead: true, wantSize: 100, full: true, last: 1, took: ms},
+			{at: 10 * ms, wantFrom: 1, wantSize: 200, full: true, last: 2, took: ms},
+			{at: 20 * ms, wantFrom: 2, wantSize: 400, full: true, last: 3, took: ms},
+			{at: 30 * ms, wantFrom: 3, wantSize: 800, full: true, last: 4, took: ms},
+			{at: 40 * ms, wantFrom: 4, wantSize: 1000, full: true, last: 5, took: ms},
+			{at: 50 * ms, wantFrom: 5, wantSize: 1000, full: false, last: 6, took: ms},
 			{at: 60 * ms, wantHead: true, wantSize: 100},
 		}},
-		{"released rows send the next claim to the oldest row, at the same size", []step{
-			{at: 0, wantHead: true, wantSize: 100, full: true, held: true, last: 1, took: ms},
-			{at: 10 * ms, wantFrom: 1, wantSize: 200, full: true, held: false, last: 2, took: ms},
-			{at: 20 * ms, wantHead: true, wantSize: 200},
+		{"released rows send the next claim to the oldest of them, at the same size", []step{
+			{at: 0, wantHead: true, wantSize: 100, full: true, last: 5, took: ms},
+			{at: 10 * ms, wantFrom: 5, wantSize: 200, full: true, released: 4, last: 6, took: ms},
+			{at: 20 * ms, wantFrom: 4, wantMark: true, wantSize: 200, last: 6, took: ms},
+			// The mark claim was short: it served the mark; the cursor
+			// stayed at 5.
+			{at: 40 * ms, wantFrom: 5, wantSize: 200},
+		}},
+		{"a mark behind the cursor is claimed from, and the cursor stays", []step{
+			{at: 0, wantHead: true, wantSize: 100, full: true, last: 10, took: 50 * ms},
+			// Due later than this claim: not yet.
+			{at: 100 * ms, rewind: 200 * ms, mark: 3, wantFrom: 10, wantSize: 200, full: true, last: 11, took: ms},
+			// Due; a claim from the mark needs no head claim's share.
+			{at: 200 * ms, wantFrom: 3, wantMark: true, wantSize: 400, full: true, last: 4, took: ms},
+			// Full: the next mark claim goes on from its last row, once
+			// the mark claims' share allows (19 x 1 ms).
+			{at: 210 * ms, wantFrom: 11, wantSize: 400, full: true, last: 12, took: ms},
+			{at: 221 * ms, wantFrom: 4, wantMark: true, wantSize: 800, last: 5, took: ms},
+			{at: 250 * ms, wantFrom: 12, wantSize: 800},
+		}},
+		{"a costly mark claim keeps to its share of the claiming time", []step{
+			{at: 0, wantHead: true, wantSize: 100, full: true, last: 10, took: ms},
+			{at: 10 * ms, rewind: 10 * ms, mark: 3, wantFrom: 3, wantMark: true, wantSize: 200, full: true, last: 4, took: 100 * ms},
+			{at: 200 * ms, wantFrom: 10, wantSize: 200, full: true, last: 11, took: ms},
+			{at: 2 * time.Second, wantFrom: 4, wantMark: true, wantSize: 400},
+		}},
+		{"a mark ahead of the cursor is the cursor's claims' to take", []step{
+			{at: 0, wantHead: true, wantSize: 100, full: true, last: 10, took: ms},
+			{at: 10 * ms, rewind: 10 * ms, mark: 12, wantFrom: 10, wantSize: 200, full: true, last: 11, took: ms},
+			{at: 20 * ms, wantFrom: 11, wantSize: 400},
+		}},
+		{"a head claim serves the marks due", []step{
+			{at: 0, wantHead: true, wantSize: 100, full: true, last: 10, took: 100 * ms},
+			// Short: a head claim is due once its share allows.
+			{at: 10 * ms, wantFrom: 10, wantSize: 200, last: 11, took: ms},
+			{at: 2 * time.Second, rewind: 2 * time.Second, mark: 3, wantFrom: 3, wantMark: true, wantSize: 100, full: true, last: 4, took: 200 * ms},
+			// The mark claims' share does not allow one now; the head
+			// claim's does, and it serves the mark.
+			{at: 3 * time.Second, wantHead: true, wantSize: 100, last: 12, took: 100 * ms},
+			{at: 3500 * ms, wantFrom: 12, wantSize: 100},
+		}},
+		{"a wake-up request for rows from an unknown point rewinds to the oldest row", []step{
+			{at: 0, wantHead: true, wantSize: 100, full: true, last: 10, took: ms},
+			{at: 30 * ms, rewind: 30 * ms, wantHead: true, wantSize: 200},
 		}},
 		{"a wake-up request that has come rewinds, once the head claim's share allows", []step{
-			{at: 0, wantHead: true, wantSize: 100, full: true, held: true, last: 1, took: 20 * ms},
+			{at: 0, wantHead: true, wantSize: 100, full: true, last: 1, took: 20 * ms},
 			// Due later than this claim: not yet.
-			{at: 50 * ms, rewind: 300 * ms, wantFrom: 1, wantSize: 200, full: true, held: true, last: 2, took: ms},
+			{at: 50 * ms, rewind: 300 * ms, wantFrom: 1, wantSize: 200, full: true, last: 2, took: ms},
 			// Due, but the last head claim (20 ms) was less than 19 x 20 ms ago.
-			{at: 300 * ms, wantHead: false, wantFrom: 2, wantSize: 400, full: true, held: true, last: 3, took: ms},
-			{at: 400 * ms, wantHead: true, wantSize: 800, full: true, held: true, last: 1, took: 10 * ms},
+			{at: 300 * ms, wantHead: false, wantFrom: 2, wantSize: 400, full: true, last: 3, took: ms},
+			{at: 400 * ms, wantHead: true, wantSize: 800, full: true, last: 1, took: 10 * ms},
 			// Served by the head claim: no rewind again.
-			{at: 800 * ms, wantFrom: 1, wantSize: 1000, full: true, held: true, last: 4, took: ms},
+			{at: 800 * ms, wantFrom: 1, wantSize: 1000, full: true, last: 4, took: ms},
 		}},
 		{"a backlog that lasts goes back to the oldest row every interval", []step{
-			{at: 0, wantHead: true, wantSize: 100, full: true, held: true, last: 1, took: ms},
-			{at: 4 * time.Second, wantFrom: 1, wantSize: 200, full: true, held: true, last: 2, took: ms},
-			{at: 5 * time.Second, wantHead: true, wantSize: 400, full: true, held: true, last: 3, took: ms},
+			{at: 0, wantHead: true, wantSize: 100, full: true, last: 1, took: ms},
+			{at: 4 * time.Second, wantFrom: 1, wantSize: 200, full: true, last: 2, took: ms},
+			{at: 5 * time.Second, wantHead: true, wantSize: 400, full: true, last: 3, took: ms},
 			{at: 6 * time.Second, wantFrom: 3, wantSize: 800},
 		}},
 		{"a costly head claim is made rarer than the interval", []step{
-			{at: 0, wantHead: true, wantSize: 100, full: true, held: true, last: 1, took: time.Second},
-			{at: 6 * time.Second, wantFrom: 1, wantSize: 200, full: true, held: true, last: 2, took: ms},
+			{at: 0, wantHead: true, wantSize: 100, full: true, last: 1, took: time.Second},
+			{at: 6 * time.Second, wantFrom: 1, wantSize: 200, full: true, last: 2, took: ms},
 			{at: 19 * time.Second, wantHead: true, wantSize: 400},
 		}},
 		{"after a short claim, claims go on from the cursor until a costly head claim's share allows one", []step{
-			{at: 0, wantHead: true, wantSize: 100, full: true, held: true, last: 1, took: 100 * ms},
-			{at: 200 * ms, wantFrom: 1, wantSize: 200, full: false, held: true, last: 2, took: ms},
-			{at: time.Second, wantFrom: 2, wantSize: 100, full: false, held: true, took: ms},
-			{at: 2 * time.Second, wantHead: true, wantSize: 100, full: false, held: true, last: 1, took: 100 * ms},
+			{at: 0, wantHead: true, wantSize: 100, full: true, last: 1, took: 100 * ms},
+			{at: 200 * ms, wantFrom: 1, wantSize: 200, full: false, last: 2, took: ms},
+			{at: time.Second, wantFrom: 2, wantSize: 100, full: false, took: ms},
+			{at: 2 * time.Second, wantHead: true, wantSize: 100, full: false, last: 1, took: 100 * ms},
 			// A short head claim leaves the cursor where it was.
 			{at: 2100 * ms, wantFrom: 2, wantSize: 100},
 		}},
 		{"a failed claim ends the backlog; its duration is not a head claim's cost", []step{
-			{at: 0, wantHead: true, wantSize: 100, full: true, held: true, last: 1, took: ms},
+			{at: 0, wantHead: true, wantSize: 100, full: true, last: 1, took: ms},
 			{at: 10 * ms, wantFrom: 1, wantSize: 200, failed: true},
 			{at: 20 * ms, wantHead: true, wantSize: 100, failed: true},
 			{at: 40 * ms, wantHead: true, wantSize: 100},
 		}},
 		{"a head claim that took very long delays the next one by maxHeadGap at most", []step{
-			{at: 0, wantHead: true, wantSize: 100, full: true, held: true, last: 1, took: 30 * time.Second},
-			{at: 59 * time.Second, wantFrom: 1, wantSize: 200, full: false, held: true, last: 2, took: ms},
+			{at: 0, wantHead: true, wantSize: 100, full: true, last: 1, took: 30 * time.Second},
+			{at: 59 * time.Second, wantFrom: 1, wantSize: 200, full: false, last: 2, took: ms},
 			{at: time.Minute, wantHead: true, wantSize: 100},
 		}},
 	}
@@ -91,25 +135,33 @@ func TestCursor(t *testing.T) {
 			for i, s := range tt.steps {
 				now := t0.Add(s.at)
 				if s.rewind != 0 {
-					c.rewindAt(t0.Add(s.rewind))
+					var from time.Time
+					if s.mark != 0 {
+						from = row(s.mark)
+					}
+					c.markFrom(t0.Add(s.rewind), from)
 				}
-				from, size := c.next(now)
+				p := c.next(now)
 				want := time.Time{}
 				if !s.wantHead {
 					want = row(s.wantFrom)
 				}
-				if !from.Equal(want) || size != s.wantSize {
-					t.Fatalf("step %d: claim from %v size %d, want from %v size %d", i, from, size, want, s.wantSize)
+				if !p.from.Equal(want) || p.mark != s.wantMark || p.size != s.wantSize {
+					t.Fatalf("step %d: claim from %v (mark %v) size %d, want from %v (mark %v) size %d",
+						i, p.from, p.mark, p.size, want, s.wantMark, s.wantSize)
 				}
 				if s.failed {
 					c.failed()
 					continue
 				}
-				var last time.Time
+				var last, released time.Time
 				if s.last != 0 {
 					last = row(s.last)
 				}
-				c.done(now, from, s.full, s.held, last, s.took)
+				if s.released != 0 {
+					released = row(s.released)
+				}
+				c.done(now, p, s.full, s.released == 0, released, last, s.took)
 			}
 		})
 	}

@@ -16,7 +16,8 @@
 //
 // Polls run every Config.Interval, at once again while a backlog drains (a
 // poll that filled its batch is followed by another), after Wake, and at the
-// times passed to WakeAt, which the dispatcher calls when a retry falls due.
+// times passed to WakeAt and WakeAtFrom, which the dispatcher calls when a
+// retry falls due and when it releases events it did not deliver.
 // A failed claim (the database is down, say) is logged and retried with a
 // back-off that grows up to the interval; the loop never stops because of it.
 //
@@ -30,11 +31,15 @@
 // the rows delivered or held since. On PostgreSQL a delivered row leaves dead
 // entries in the pending index until VACUUM, so a claim from the oldest row
 // gets slower as a drain goes on; from the cursor it does not. Rows that
-// become claimable behind the cursor (retries and releases, which the
-// dispatcher reports through WakeAt; expired leases of other instances; rows
-// committed late) are never skipped: a claim from the oldest row is due after
-// a claim that came back short, after a wake-up request falls due, and once
-// per Interval, and runs as soon as the claims from the oldest row stay under
+// become claimable behind the cursor are never skipped. Where their creation
+// time is known (retries and events released unsent, which the dispatcher
+// reports through WakeAtFrom, and events the handler refused), a claim
+// starts from the oldest of them when they fall due: it steps over the rows
+// delivered since then only, which for an event the hot queue refused a
+// moment ago is next to none. For the others (expired leases of other
+// instances, rows committed late, WakeAt), a claim from the oldest row is due
+// after a claim that came back short, after a wake-up request falls due, and
+// once per Interval. Claims of either kind run as soon as they stay under
 // about a twentieth of the claiming time, which on a vacuumed table is at
 // once.
 //

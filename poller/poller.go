@@ -30,6 +30,9 @@ const (
 	// dueSlack is added to requested wake-up times so that a row whose
 	// available_at was rounded up by the database is due when we claim.
 	dueSlack = time.Millisecond
+	// fromSlack is taken off the creation times passed to WakeAtFrom, in
+	// case a store keeps them to a coarser unit than the event had.
+	fromSlack = time.Millisecond
 	// maxWakeups bounds the pending wake-up requests; beyond it the
 	// latest ones are dropped and served by the interval.
 	maxWakeups = 4096
@@ -61,8 +64,10 @@ type Poller struct {
 }
 
 // New validates cfg and returns a Poller. Bad configuration returns an error
-// matching core.ErrInvalid. If cfg.Handler has a NotifyDue(func(time.Time))
-// method, New subscribes the poller's WakeAt to it.
+// matching core.ErrInvalid. If cfg.Handler has a
+// NotifyDueFrom(func(due, from time.Time)) method, New subscribes the
+// poller's WakeAtFrom to it; otherwise, if it has a NotifyDue(func(time.Time))
+// method, its WakeAt.
 func New(cfg Config) (*Poller, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -94,7 +99,12 @@ func New(cfg Config) (*Poller, error) {
 		Logger:   p.log,
 		Who:      "outbox poller",
 	})
-	if n, ok := cfg.Handler.(interface{ NotifyDue(func(time.Time)) }); ok {
+	switch n := cfg.Handler.(type) {
+	case interface {
+		NotifyDueFrom(func(due, from time.Time))
+	}:
+		n.NotifyDueFrom(p.WakeAtFrom)
+	case interface{ NotifyDue(func(time.Time)) }:
 		n.NotifyDue(p.WakeAt)
 	}
 	return p, nil
@@ -129,9 +139,18 @@ func (p *Poller) Wake() { p.WakeAt(time.Time{}) }
 // WakeAt asks for a poll at t (a zero or past t means now), earlier than the
 // interval would run it. It never blocks. Every pending request is kept (up
 // to 4096; later ones wait for the interval): a poll serves the requests due
-// by then, and the next one runs at the earliest request left. The
-// dispatcher calls it when a retry falls due.
-func (p *Poller) WakeAt(t time.Time) {
+// by then, and the next one runs at the earliest request left. The rows
+// that fall due at t may lie behind where claims start, so a claim from the
+// oldest row serves it (see WakeAtFrom).
+func (p *Poller) WakeAt(t time.Time) { p.WakeAtFrom(t, time.Time{}) }
+
+// WakeAtFrom is WakeAt for rows created at or after from (their created_at
+// as the store returns it; a zero from: not known): the claim that serves it
+// starts at from, not at the oldest row, so it does not walk what has been
+// delivered since the oldest row (see Config.BatchSize). The dispatcher
+// calls it when a retry falls due and when it releases events it has not
+// delivered.
+func (p *Poller) WakeAtFrom(t, from time.Time) {
 	now := p.cfg.Now()
 	if t.Before(now) {
 		t = now
@@ -141,8 +160,12 @@ func (p *Poller) WakeAt(t time.Time) {
 	p.mu.Lock()
 	earliest := p.due.add(t)
 	p.mu.Unlock()
-	// What falls due at t may lie behind where claims start now.
-	p.cursor.rewindAt(t)
+	// What falls due at t may lie behind where claims start now. A store
+	// keeps created_at to the microsecond or less: fromSlack covers it.
+	if !from.IsZero() {
+		from = from.Add(-fromSlack)
+	}
+	p.cursor.markFrom(t, from)
 	if earliest {
 		select {
 		case p.wake <- struct{}{}:
@@ -187,8 +210,8 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 		return c, nil
 	}
 	now := p.cfg.Now()
-	from, size := p.cursor.next(now)
-	limit := min(size, capacity)
+	pl := p.cursor.next(now)
+	limit := min(pl.size, capacity)
 	cctx, cancelClaim := context.WithTimeout(ctx, p.cfg.ClaimTimeout)
 	defer cancelClaim()
 	start := time.Now()
@@ -198,7 +221,7 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 		LeaseTimeout: p.cfg.LeaseTimeout,
 		SkipRecent:   p.cfg.SkipRecent,
 		Limit:        limit,
-		From:         from,
+		From:         pl.from,
 	})
 	took := time.Since(start)
 	if lm, ok := p.cfg.Metrics.(core.LatencyMetrics); ok {
@@ -223,7 +246,10 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 			errs = append(errs, fmt.Errorf("mark undecodable event %s dead: %w", b.ID, err))
 		}
 	}
-	var refused []string
+	var (
+		refused  []string
+		released time.Time // the oldest refused row's created_at
+	)
 	for _, ev := range events {
 		ev.LockedBy = p.cfg.Owner // the dispatcher fences its write-backs with it
 		if ev.LockedAt.IsZero() {
@@ -233,6 +259,9 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 			c.taken++
 		} else {
 			refused = append(refused, ev.ID())
+			if released.IsZero() || ev.CreatedAt.Before(released) {
+				released = ev.CreatedAt
+			}
 		}
 	}
 	// A batch the handler refused entirely is no backlog to chase: polling
@@ -244,7 +273,7 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 			last = ev.CreatedAt
 		}
 	}
-	p.cursor.done(now, from, len(events)+len(bad) >= limit, len(refused) == 0, last, took)
+	p.cursor.done(now, pl, len(events)+len(bad) >= limit, len(refused) == 0, released, last, took)
 	if len(refused) > 0 {
 		if _, err := p.cfg.Store.Release(fctx, p.cfg.DB, p.cfg.Owner, refused); err != nil {
 			p.cfg.Metrics.StoreError()

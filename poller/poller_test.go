@@ -517,3 +517,34 @@ func TestLeaseFromHandler(t *testing.T) {
 		t.Errorf("a handler without a lease: lease %s, want the default %s", got, poller.DefaultLeaseTimeout)
 	}
 }
+
+// A wake-up for rows from a known creation time behind where claims start
+// (a row released by the dispatcher, here) is served by a claim from there,
+// not from the oldest row.
+func TestWakeAtFromClaimsFromThere(t *testing.T) {
+	t.Parallel()
+	st := newFakeStore()
+	base := time.Now().Add(-time.Hour)
+	for i := range 5 {
+		st.add(t, fmt.Sprintf("ev%d", i), 1, base.Add(time.Duration(i)*time.Second))
+	}
+	p := newPoller(t, st, &fakeHandler{capacity: 100}, nil)
+	if n, err := p.PollOnce(context.Background()); err != nil || n != 5 {
+		t.Fatalf("PollOnce = %d, %v; want 5", n, err)
+	}
+	// The dispatcher gives ev2 back.
+	if _, err := st.Release(context.Background(), nil, owner, []string{"ev2-000"}); err != nil {
+		t.Fatal(err)
+	}
+	created := base.Add(2 * time.Second)
+	p.WakeAtFrom(time.Now(), created)
+	if n, err := p.PollOnce(context.Background()); err != nil || n != 1 {
+		t.Fatalf("PollOnce after the release = %d, %v; want 1", n, err)
+	}
+	st.mu.Lock()
+	claims := slices.Clone(st.claims)
+	st.mu.Unlock()
+	if from := claims[len(claims)-1].From; from.IsZero() || from.After(created) || created.Sub(from) > time.Second {
+		t.Errorf("the claim after WakeAtFrom started from %v, want just before %v", from, created)
+	}
+}
