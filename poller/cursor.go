@@ -32,10 +32,9 @@ const maxHeadGap = time.Minute
 // released lease, an expired lease of a crashed instance, a row whose
 // transaction committed after younger rows were claimed, or one stamped by a
 // slower clock. None is skipped: a claim from the oldest row (a head claim)
-// is due after a claim that came back short or released rows, after a
-// wake-up request for a time that has come (the dispatcher asks for one for
-// each retry and release), and once Interval has passed since the last head
-// claim. A due head claim runs as soon as the last one, which took d, is
+// is due after a claim that came back short, after a wake-up request for a
+// time that has come whose rows' creation time is not known (see marks
+// below), and once Interval has passed since the last head claim. A due head claim runs as soon as the last one, which took d, is
 // (headScanShare-1)·d old (at most maxHeadGap), so that head claims take at
 // most about a twentieth of the claiming time, however many dead entries
 // they step over.
@@ -45,8 +44,9 @@ const maxHeadGap = time.Minute
 // max(Interval, min(headScanShare·d, maxHeadGap)).
 //
 // Where the creation time of the rows that fall due behind the cursor is
-// known (a retry, an event the hot queue refused, rows the handler refused),
-// a mark records it, and a claim from the oldest due mark (a mark claim)
+// known (the dispatcher reports it for each retry and each event it
+// releases; the poller knows it for rows the handler refused), a mark
+// records it, and a claim from the oldest due mark (a mark claim)
 // takes them without a walk from the oldest row: its cost is the rows since
 // the mark, which for an event released a moment ago is next to nothing.
 // Mark claims keep their own share of the claiming time, as head claims do,
