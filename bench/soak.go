@@ -162,7 +162,7 @@ func runSoak(ctx context.Context, c *config, tg *target) ([]result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("soak W1: %w", err)
 	}
-	fmt.Println("    " + soakSummary("W1 delivered", ws1, func(w soakWindow) float64 { return w.DeliverPS }))
+	fmt.Printf("    %s; duplicates %d\n", soakSummary("W1 delivered", ws1, func(w soakWindow) float64 { return w.DeliverPS }), r1.Duplicates)
 	rs = append(rs, r1)
 
 	fmt.Printf("\n[%s] soak W2: a backlog of %d events, drained by one instance, a line every %s\n", tg.name, n, c.soakEvery)
@@ -170,7 +170,7 @@ func runSoak(ctx context.Context, c *config, tg *target) ([]result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("soak W2: %w", err)
 	}
-	fmt.Println("    " + soakSummary("W2 drained", ws2, func(w soakWindow) float64 { return w.DeliverPS }))
+	fmt.Printf("    %s; duplicates %d\n", soakSummary("W2 drained", ws2, func(w soakWindow) float64 { return w.DeliverPS }), r2.Duplicates)
 	rs = append(rs, r2)
 	return rs, nil
 }
