@@ -49,9 +49,11 @@ const maxHeadGap = time.Minute
 // records it, and a claim from the oldest due mark (a mark claim)
 // takes them without a walk from the oldest row: its cost is the rows since
 // the mark, which for an event released a moment ago is next to nothing.
-// Mark claims keep their own share of the claiming time, as head claims do,
-// so that a mark far back (a retry of an old event) costs no more than a
-// head claim would.
+// Mark claims keep a share of the claiming time, as head claims do, so that
+// a mark far back (a retry of an old event) costs no more than a head claim
+// would. Near marks (rows created less than nearMark ago) and far ones keep
+// shares of their own: a claim from a near mark walks the rows written since
+// at most, and a costly claim from a far mark does not hold it back.
 type cursor struct {
 	min, max int           // BatchSize, MaxBatchSize
 	interval time.Duration // Interval
@@ -64,21 +66,31 @@ type cursor struct {
 	marks    []mark    // rows that become claimable, from where known
 	headAt   time.Time // when the last head claim started
 	headCost time.Duration
-	markAt   time.Time // when the last mark claim started
-	markCost time.Duration
-	backlog  bool // the last claim came back full and was held: a backlog drains
-	roomMax  int  // the most room the handler ever reported: its queue's size
+	near     budget // of the claims from near marks
+	far      budget // of the claims from far marks
+	backlog  bool   // the last claim came back full and was held: a backlog drains
+	roomMax  int    // the most room the handler ever reported: its queue's size
 }
 
 // A mark records that rows created at or after from become claimable at
 // due.
 type mark struct{ due, from time.Time }
 
+// nearMark is the age under which a mark's rows count as near.
+const nearMark = 2 * time.Second
+
+// A budget is when the last claim of a kind started, and what it took.
+type budget struct {
+	at   time.Time
+	cost time.Duration
+}
+
 // A plan is where a claim starts and how many rows it asks for.
 type plan struct {
 	from time.Time // zero: the oldest row
 	size int
 	mark bool // a mark claim: from lies behind the cursor
+	near bool // a claim from a near mark
 }
 
 func newCursor(cfg Config) *cursor {
@@ -124,8 +136,13 @@ func (c *cursor) next(now time.Time) plan {
 	if c.from.IsZero() {
 		return plan{size: c.size}
 	}
-	if from, ok := c.dueMark(now); ok && share(now, c.markAt, c.markCost) {
-		return plan{from: from, size: c.size, mark: true}
+	if near, far, ok := c.dueMarks(now); ok {
+		switch {
+		case !near.IsZero() && share(now, c.near.at, c.near.cost):
+			return plan{from: near, size: c.size, mark: true, near: true}
+		case !far.IsZero() && share(now, c.far.at, c.far.cost):
+			return plan{from: far, size: c.size, mark: true}
+		}
 	}
 	if !share(now, c.headAt, c.headCost) {
 		return plan{from: c.from, size: c.size}
@@ -139,23 +156,33 @@ func (c *cursor) next(now time.Time) plan {
 	return plan{from: c.from, size: c.size}
 }
 
-// dueMark returns the oldest from of the marks due at now that lie behind
-// the cursor. Due marks at or ahead of it are dropped: claims from the
-// cursor take their rows.
-func (c *cursor) dueMark(now time.Time) (from time.Time, ok bool) {
+// dueMarks returns the oldest from of the near marks and of the far marks
+// due at now that lie behind the cursor (zero: none), and whether there is
+// any. Due marks at or ahead of it are dropped: claims from the cursor take
+// their rows.
+func (c *cursor) dueMarks(now time.Time) (near, far time.Time, ok bool) {
 	kept := c.marks[:0]
 	for _, m := range c.marks {
-		if !m.due.After(now) && !m.from.Before(c.from) {
+		due := !m.due.After(now)
+		if due && !m.from.Before(c.from) {
 			continue
 		}
 		kept = append(kept, m)
-		if !m.due.After(now) && (!ok || m.from.Before(from)) {
-			from, ok = m.from, true
+		if !due {
+			continue
+		}
+		ok = true
+		oldest := &far
+		if now.Sub(m.from) < nearMark {
+			oldest = &near
+		}
+		if oldest.IsZero() || m.from.Before(*oldest) {
+			*oldest = m.from
 		}
 	}
 	clear(c.marks[len(kept):])
 	c.marks = kept
-	return from, ok
+	return near, far, ok
 }
 
 // waitForRoom reports whether a claim should wait for more room than the
@@ -243,7 +270,11 @@ func (c *cursor) cursorDone(now time.Time, p plan, full, held bool, last time.Ti
 // a full one leaves a mark at its last row, from which the next mark claim
 // goes on. The cursor stays where it is.
 func (c *cursor) markDone(now time.Time, p plan, full, held bool, last time.Time, took time.Duration) {
-	c.markAt, c.markCost = now, took
+	if p.near {
+		c.near = budget{now, took}
+	} else {
+		c.far = budget{now, took}
+	}
 	switch {
 	case full && held && last.Before(c.from):
 		// Rows due by now may lie between last and the cursor.
