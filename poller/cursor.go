@@ -58,18 +58,17 @@ type cursor struct {
 	min, max int           // BatchSize, MaxBatchSize
 	interval time.Duration // Interval
 
-	mu       sync.Mutex
-	from     time.Time // where claims start; zero: no claim took a row yet
-	size     int       // rows the next claim asks for
-	headDue  bool      // a claim came back short
-	rewinds  wakeups   // times at which rows become claimable behind from, from where unknown
-	marks    []mark    // rows that become claimable, from where known
-	headAt   time.Time // when the last head claim started
-	headCost time.Duration
-	near     budget // of the claims from near marks
-	far      budget // of the claims from far marks
-	backlog  bool   // the last claim came back full and was held: a backlog drains
-	roomMax  int    // the most room the handler ever reported: its queue's size
+	mu      sync.Mutex
+	from    time.Time // where claims start; zero: no claim took a row yet
+	size    int       // rows the next claim asks for
+	headDue bool      // a claim came back short
+	rewinds wakeups   // times at which rows become claimable behind from, from where unknown
+	marks   []mark    // rows that become claimable, from where known
+	head    budget    // of the head claims
+	near    budget    // of the claims from near marks
+	far     budget    // of the claims from far marks
+	backlog bool      // the last claim came back full and was held: a backlog drains
+	roomMax int       // the most room the handler ever reported: its queue's size
 }
 
 // A mark records that rows created at or after from become claimable at
@@ -122,11 +121,10 @@ func (c *cursor) addMark(t, from time.Time) {
 	c.marks = append(c.marks, mark{due: t, from: from})
 }
 
-// share reports whether a claim behind the cursor whose last one started at
-// at and took cost may run at now: whether it keeps to its share of the
-// claiming time.
-func share(now, at time.Time, cost time.Duration) bool {
-	return now.Sub(at) >= min(time.Duration(headScanShare-1)*cost, maxHeadGap)
+// allows reports whether a claim of b's kind (behind the cursor) may run at
+// now: whether it keeps to its share of the claiming time.
+func (b budget) allows(now time.Time) bool {
+	return now.Sub(b.at) >= min(time.Duration(headScanShare-1)*b.cost, maxHeadGap)
 }
 
 // next returns the plan of a claim starting at now.
@@ -136,18 +134,16 @@ func (c *cursor) next(now time.Time) plan {
 	if c.from.IsZero() {
 		return plan{size: c.size}
 	}
-	if near, far, ok := c.dueMarks(now); ok {
-		switch {
-		case !near.IsZero() && share(now, c.near.at, c.near.cost):
-			return plan{from: near, size: c.size, mark: true, near: true}
-		case !far.IsZero() && share(now, c.far.at, c.far.cost):
-			return plan{from: far, size: c.size, mark: true}
-		}
-	}
-	if !share(now, c.headAt, c.headCost) {
+	near, far := c.dueMarks(now)
+	switch {
+	case !near.IsZero() && c.near.allows(now):
+		return plan{from: near, size: c.size, mark: true, near: true}
+	case !far.IsZero() && c.far.allows(now):
+		return plan{from: far, size: c.size, mark: true}
+	case !c.head.allows(now):
 		return plan{from: c.from, size: c.size}
 	}
-	if c.headDue || now.Sub(c.headAt) >= c.interval {
+	if c.headDue || now.Sub(c.head.at) >= c.interval {
 		return plan{size: c.size}
 	}
 	if t, ok := c.rewinds.first(); ok && !t.After(now) {
@@ -157,10 +153,9 @@ func (c *cursor) next(now time.Time) plan {
 }
 
 // dueMarks returns the oldest from of the near marks and of the far marks
-// due at now that lie behind the cursor (zero: none), and whether there is
-// any. Due marks at or ahead of it are dropped: claims from the cursor take
-// their rows.
-func (c *cursor) dueMarks(now time.Time) (near, far time.Time, ok bool) {
+// due at now that lie behind the cursor (zero: none). Due marks at or ahead
+// of it are dropped: claims from the cursor take their rows.
+func (c *cursor) dueMarks(now time.Time) (near, far time.Time) {
 	kept := c.marks[:0]
 	for _, m := range c.marks {
 		due := !m.due.After(now)
@@ -171,7 +166,6 @@ func (c *cursor) dueMarks(now time.Time) (near, far time.Time, ok bool) {
 		if !due {
 			continue
 		}
-		ok = true
 		oldest := &far
 		if now.Sub(m.from) < nearMark {
 			oldest = &near
@@ -182,7 +176,7 @@ func (c *cursor) dueMarks(now time.Time) (near, far time.Time, ok bool) {
 	}
 	clear(c.marks[len(kept):])
 	c.marks = kept
-	return near, far, ok
+	return near, far
 }
 
 // waitForRoom reports whether a claim should wait for more room than the
@@ -236,7 +230,7 @@ func (c *cursor) done(now time.Time, p plan, full, held bool, released, last tim
 // row.
 func (c *cursor) cursorDone(now time.Time, p plan, full, held bool, last time.Time, took time.Duration) {
 	if p.from.IsZero() {
-		c.headAt, c.headCost, c.headDue = now, took, false
+		c.head, c.headDue = budget{now, took}, false
 		c.rewinds.removeThrough(now)
 		// The rows of the marks due by now were claimable at now: the
 		// head claim took them, or they lie beyond a full claim's last
@@ -275,16 +269,12 @@ func (c *cursor) markDone(now time.Time, p plan, full, held bool, last time.Time
 	} else {
 		c.far = budget{now, took}
 	}
-	switch {
-	case full && held && last.Before(c.from):
-		// Rows due by now may lie between last and the cursor.
-		c.dropMarks(now, p.from)
+	// Short, it took every row claimable at now from p.from on; full, it
+	// goes on from last, unless the rows beyond last are the cursor's
+	// claims', or the handler refused rows, which done marks.
+	c.dropMarks(now, p.from)
+	if full && held && last.Before(c.from) {
 		c.addMark(now, last)
-	default:
-		// Short, it took every row claimable at now from p.from on; or
-		// full, and the rows beyond last are the cursor's claims', or
-		// the handler refused rows, which done marks.
-		c.dropMarks(now, p.from)
 	}
 }
 
