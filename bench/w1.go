@@ -115,19 +115,20 @@ func w1Baseline(ctx context.Context, c *config, tg *target, data *w1Data, withOu
 		defer t.drop(ctx)
 		outboxInsert = rawOutboxInsert(tg, t.st.Table())
 	}
-	cpu0 := cpuTime()
+	cpu0 := tg.cpu()
 	elapsed, err := writeAll(ctx, len(data.ids), c.writers, func(_, i int) error {
 		return rawOrder(ctx, tg, db, data, bizInsert, outboxInsert, i)
 	})
 	if err != nil {
 		return result{}, err
 	}
+	cpu, serverCPU := tg.since(cpu0)
 	run := "business row only (floor)"
 	if withOutbox {
 		run = "business + raw outbox INSERT"
 	}
 	return result{Run: run, Events: len(data.ids), Seconds: elapsed.Seconds(),
-		PerSec: float64(len(data.ids)) / elapsed.Seconds(), CPUSeconds: (cpuTime() - cpu0).Seconds()}, nil
+		PerSec: float64(len(data.ids)) / elapsed.Seconds(), CPUSeconds: cpu, ServerCPUSeconds: serverCPU}, nil
 }
 
 // rawOutboxInsert is the single-row INSERT of an event into table, as a
@@ -209,7 +210,7 @@ func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instance
 		}
 		ins = append(ins, in)
 	}
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0 := time.Now(), tg.cpu()
 	_, err = writeAll(ctx, len(data.ids), c.writers, func(w, i int) error {
 		in := ins[w%len(ins)]
 		orderID := fmt.Sprintf("o-%09d", i)
@@ -231,7 +232,8 @@ func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instance
 	if err != nil {
 		return result{}, w1Latencies{}, err
 	}
-	elapsed, cpu := doneAt.Sub(start), cpuTime()-cpu0
+	elapsed := doneAt.Sub(start)
+	cpu, serverCPU := tg.since(cpu0)
 	var hot, storeErrors int64
 	for _, in := range ins {
 		hot += in.m.hot.Load()
@@ -243,7 +245,7 @@ func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instance
 	return result{
 		Events: n, Seconds: elapsed.Seconds(), PerSec: float64(n) / elapsed.Seconds(),
 		Duplicates: rec.duplicates(), HotPct: 100 * float64(hot) / float64(n), StoreErrors: storeErrors,
-		CPUSeconds: cpu.Seconds(),
+		CPUSeconds: cpu, ServerCPUSeconds: serverCPU,
 	}, lat, nil
 }
 
@@ -292,6 +294,12 @@ func merge(run string, rounds []result, lat []time.Duration) result {
 		r.Duplicates += x.Duplicates
 		r.StoreErrors += x.StoreErrors
 		r.CPUSeconds += x.CPUSeconds
+		if r.ServerCPUSeconds >= 0 {
+			r.ServerCPUSeconds += x.ServerCPUSeconds
+		}
+		if x.ServerCPUSeconds < 0 {
+			r.ServerCPUSeconds = -1
+		}
 		hot += x.HotPct * float64(x.Events) / 100
 		r.RoundRates = append(r.RoundRates, x.PerSec)
 	}

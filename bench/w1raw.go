@@ -42,7 +42,7 @@ func w1RawDone(ctx context.Context, c *config, tg *target, data *w1Data) (result
 		wg      sync.WaitGroup
 	)
 	wg.Go(func() { markErr = markDoneBatches(ctx, c, tg, db, t.st.Table(), committed) })
-	cpu0 := cpuTime()
+	cpu0 := tg.cpu()
 	start := time.Now()
 	_, err = writeAll(ctx, len(data.ids), c.writers, func(_, i int) error {
 		if err := rawOrder(ctx, tg, db, data, bizInsert, outboxInsert, i); err != nil {
@@ -54,6 +54,7 @@ func w1RawDone(ctx context.Context, c *config, tg *target, data *w1Data) (result
 	close(committed)
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu, serverCPU := tg.since(cpu0)
 	if err != nil {
 		return result{}, err
 	}
@@ -68,7 +69,7 @@ func w1RawDone(ctx context.Context, c *config, tg *target, data *w1Data) (result
 		return result{}, fmt.Errorf("%d rows DONE, want %d", done, len(data.ids))
 	}
 	return result{Run: "raw INSERT + raw DONE batches", Events: len(data.ids), Seconds: elapsed.Seconds(),
-		PerSec: float64(len(data.ids)) / elapsed.Seconds(), CPUSeconds: (cpuTime() - cpu0).Seconds()}, nil
+		PerSec: float64(len(data.ids)) / elapsed.Seconds(), CPUSeconds: cpu, ServerCPUSeconds: serverCPU}, nil
 }
 
 // markDoneBatches sets the ids it receives DONE, up to c.doneBatch per

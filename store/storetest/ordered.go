@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -37,6 +38,7 @@ var orderedTests = []test{
 	{"OrderedConcurrentWritersAndFinisher", testConcurrentOrdered},
 	{"OrderedBatchAcrossKeys", testOrderedBatch},
 	{"OrderedBatchRuns", testOrderedBatchRuns},
+	{"OrderedDonePromotesOnlyWhereWaiting", testDonePromotesOnlyWhereWaiting},
 	{"OrderedInsertFailsWhole", testOrderedInsertFails},
 	{"OrderedPurgeKeys", testPurgeKeys},
 }
@@ -519,6 +521,87 @@ func testOrderedBatchRuns(t *testing.T, tg Target) {
 	}
 	wantState(t, tg, "A-3", core.StatusNew, 3, owner)
 	wantState(t, tg, "A-5", core.StatusWaiting, 5, "")
+}
+
+// testDonePromotesOnlyWhereWaiting: a DONE batch whose keys have no event
+// after the finished ones runs no promotion statement of its own (on
+// PostgreSQL the promotion is part of the batch's one statement), even in a
+// transaction whose earlier ordered write left a value behind (MySQL reports
+// the waiting keys through the insert id); one waiting key among idle ones,
+// wherever it sorts, is promoted.
+func testDonePromotesOnlyWhereWaiting(t *testing.T, tg Target) {
+	st := orderedStore(t, tg)
+	writeOrdered(t, tg, st, owner,
+		env(t, "A-1", base, keyed("Order", "A")), env(t, "C-1", base, keyed("Order", "C")),
+		env(t, "D-1", base, keyed("Order", "D")), env(t, "E-1", base, keyed("Order", "E")),
+		env(t, "B-1", base, keyed("Order", "B")), env(t, "B-2", base, keyed("Order", "B")))
+	c := ctx(t)
+	tx, err := tg.DB.BeginTx(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	// An ordered write of a key that exists, in the batch's transaction.
+	if _, err := st.InsertOrdered(c, tx, []core.Envelope{env(t, "F-1", base, keyed("Order", "F")),
+		env(t, "F-2", base, keyed("Order", "F"))}, core.InsertOptions{LeaseOwner: owner, LeaseAt: base}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.InsertOrdered(c, tx, []core.Envelope{env(t, "F-3", base, keyed("Order", "F"))},
+		core.InsertOptions{LeaseOwner: owner, LeaseAt: base}); err != nil {
+		t.Fatal(err)
+	}
+	counted := &countingTx{DBTX: tx}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	n, promoted, err := st.MarkDoneOrdered(c, counted, owner, []string{"A-1", "C-1"}, now)
+	if err != nil || n != 2 || len(promoted) != 0 {
+		t.Fatalf("mark done A-1, C-1: n=%d promoted=%v err=%v", n, ids(promoted), err)
+	}
+	if counted.promotions != 0 {
+		t.Errorf("mark done of keys with nothing waiting ran %d promotion statements, want 0: %q", counted.promotions, counted.last)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	n, promoted, err = st.MarkDoneOrdered(c, tg.DB, owner, []string{"D-1", "B-1", "E-1"}, now)
+	if err != nil || n != 3 {
+		t.Fatalf("mark done D-1, B-1, E-1: n=%d err=%v", n, err)
+	}
+	if got := ids(promoted); !slices.Equal(got, []string{"B-2"}) {
+		t.Fatalf("promoted %v, want [B-2]", got)
+	}
+	wantState(t, tg, "B-2", core.StatusNew, 2, owner)
+	wantState(t, tg, "F-2", core.StatusWaiting, 2, "")
+}
+
+// countingTx counts the statements that promote waiting events (an UPDATE
+// of rows in status WAITING, 4) and are not the single statement of a whole
+// DONE batch (PostgreSQL's, a WITH).
+type countingTx struct {
+	core.DBTX
+	promotions int
+	last       string
+}
+
+func (c *countingTx) count(query string) {
+	if strings.HasPrefix(query, "UPDATE") && strings.Contains(query, "status = 4") {
+		c.promotions++
+		c.last = query
+	}
+}
+
+func (c *countingTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	c.count(query)
+	return c.DBTX.ExecContext(ctx, query, args...)
+}
+
+func (c *countingTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	c.count(query)
+	return c.DBTX.QueryContext(ctx, query, args...)
+}
+
+func (c *countingTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	c.count(query)
+	return c.DBTX.QueryRowContext(ctx, query, args...)
 }
 
 // testPurgeKeys: the key rows deleted are those of keys with every event

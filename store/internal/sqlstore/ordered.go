@@ -373,7 +373,8 @@ func (s *Store) finish(ctx context.Context, tx core.DBTX, owner string, ids []st
 // transactions locking several keys never wait on each other in a cycle;
 // one UPDATE of those rows; and, as a later statement that sees the WAITING
 // rows of writers that held a key's lock until they committed, one UPDATE
-// promoting the next events.
+// promoting the next events, which it leaves out when no moved key has an
+// event after its new done_seq (the read returns last_seq too).
 func (s *Store) advance(ctx context.Context, tx core.DBTX, fs []finished, owner string, now time.Time) ([]core.Event, error) {
 	if len(fs) == 0 {
 		return nil, nil
@@ -392,20 +393,21 @@ func (s *Store) advance(ctx context.Context, tx core.DBTX, fs []finished, owner 
 	}
 	kt := s.table.KeyTable().Quoted(s.d.Quote)
 	match, args := s.keyMatch(keys, nil)
-	rows, err := tx.QueryContext(ctx, s.d.rebind("SELECT aggregate_type, aggregate_id, done_seq FROM "+kt+
+	rows, err := tx.QueryContext(ctx, s.d.rebind("SELECT aggregate_type, aggregate_id, done_seq, last_seq FROM "+kt+
 		" WHERE "+match+" ORDER BY aggregate_type, aggregate_id"+lockingRead(s.d)), args...)
 	if err != nil {
 		return nil, err
 	}
 	done := make(map[orderKey]int64, len(keys))
+	last := make(map[orderKey]int64, len(keys))
 	for rows.Next() {
 		var k orderKey
-		var d int64
-		if err := rows.Scan(&k.aggType, &k.aggID, &d); err != nil {
+		var d, l int64
+		if err := rows.Scan(&k.aggType, &k.aggID, &d, &l); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		done[k] = d
+		done[k], last[k] = d, l
 	}
 	if err := rows.Close(); err != nil {
 		return nil, err
@@ -457,6 +459,12 @@ func (s *Store) advance(ctx context.Context, tx core.DBTX, fs []finished, owner 
 	if _, err := tx.ExecContext(ctx, s.d.rebind(set.String()+where.String()), append(uargs, wargs...)...); err != nil {
 		return nil, err
 	}
+	// The key rows are locked (or, on SQLite, the database is) since they
+	// were read: a moved key whose last_seq is its new done_seq has no
+	// event to promote, and none can be written before this commits.
+	if !slices.ContainsFunc(moves, func(m move) bool { return last[m.key] > m.to }) {
+		return nil, nil
+	}
 
 	at := now
 	if owner != "" && s.d.Claim == ClaimUpdateThenSelect {
@@ -494,7 +502,11 @@ func (s *Store) advance(ctx context.Context, tx core.DBTX, fs []finished, owner 
 // in key order, which so locks the rows it moves in key order, waiting for
 // their writers. The promotion, a later statement, then promotes the event
 // after each run only where its key now stands right before it (a join on
-// the key row), so that a key that did not move promotes nothing.
+// the key row), so that a key that did not move promotes nothing. It runs
+// only when the key UPDATE reports a moved key with events after its new
+// done_seq: with every moved key finished up to its last event (a key's
+// events delivered as they are written), the batch takes one statement
+// fewer.
 func (s *Store) advanceLimited(ctx context.Context, tx core.DBTX, fs []finished, owner string, now time.Time) ([]core.Event, error) {
 	type run struct {
 		key      orderKey
@@ -521,13 +533,23 @@ func (s *Store) advanceLimited(ctx context.Context, tx core.DBTX, fs []finished,
 		where.WriteString("(aggregate_type = ? AND aggregate_id = ? AND done_seq = ?)")
 		wargs = append(wargs, r.key.aggType, r.key.aggID, r.from)
 	}
-	set.WriteString(" ELSE done_seq END, updated_at = ? WHERE ")
+	// The last assignment changes nothing; it reports, as the statement's
+	// insert id, the last_seq of a moved key that has events after its new
+	// done_seq (assignments are made left to right, so done_seq is the new
+	// one here), and 0 when none has: then no event waits to be promoted.
+	// (Under sql_mode SIMULTANEOUS_ASSIGNMENT it compares the old done_seq
+	// and so reports every moved key: the promotion then runs, finding
+	// nothing more than it would otherwise.)
+	set.WriteString(" ELSE done_seq END, updated_at = ?, last_seq = IF(last_seq > done_seq, LAST_INSERT_ID(last_seq), last_seq) WHERE ")
 	uargs = append(uargs, s.ts(now))
 	res, err := tx.ExecContext(ctx, s.d.rebind(set.String()+where.String()+" ORDER BY aggregate_type, aggregate_id"), append(uargs, wargs...)...)
 	if err != nil {
 		return nil, err
 	}
 	if moved, err := res.RowsAffected(); err != nil || moved == 0 {
+		return nil, err
+	}
+	if waiting, err := res.LastInsertId(); err != nil || waiting == 0 {
 		return nil, err
 	}
 	at := now

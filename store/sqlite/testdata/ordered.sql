@@ -10,7 +10,7 @@ ROLLBACK;
 BEGIN ISOLATION LEVEL READ COMMITTED;
 SELECT event_id, aggregate_type, aggregate_id, seq FROM "outbox_event" WHERE locked_by = ? AND status NOT IN (1, 3) AND event_id IN (?, ?, ?, ?);
 UPDATE "outbox_event" SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL WHERE locked_by = ? AND status NOT IN (1, 3) AND event_id IN (?);
-SELECT aggregate_type, aggregate_id, done_seq FROM "outbox_event_key" WHERE ((aggregate_type = ? AND aggregate_id = ?)) ORDER BY aggregate_type, aggregate_id;
+SELECT aggregate_type, aggregate_id, done_seq, last_seq FROM "outbox_event_key" WHERE ((aggregate_type = ? AND aggregate_id = ?)) ORDER BY aggregate_type, aggregate_id;
 COMMIT;
 
 -- MarkDeadOrdered
