@@ -398,8 +398,8 @@ func (s *Store) advance(ctx context.Context, tx core.DBTX, fs []finished, owner 
 	if err != nil {
 		return nil, err
 	}
-	done := make(map[orderKey]int64, len(keys))
-	last := make(map[orderKey]int64, len(keys))
+	// seqs holds each key row's done_seq and last_seq.
+	seqs := make(map[orderKey][2]int64, len(keys))
 	for rows.Next() {
 		var k orderKey
 		var d, l int64
@@ -407,7 +407,7 @@ func (s *Store) advance(ctx context.Context, tx core.DBTX, fs []finished, owner 
 			rows.Close()
 			return nil, err
 		}
-		done[k], last[k] = d, l
+		seqs[k] = [2]int64{d, l}
 	}
 	if err := rows.Close(); err != nil {
 		return nil, err
@@ -423,10 +423,11 @@ func (s *Store) advance(ctx context.Context, tx core.DBTX, fs []finished, owner 
 	}
 	var moves []move
 	for _, f := range fs {
-		d, ok := done[f.key]
+		ks, ok := seqs[f.key]
 		if !ok {
 			continue
 		}
+		d := ks[0]
 		if n := len(moves); n > 0 && moves[n-1].key == f.key {
 			if f.seq == moves[n-1].to+1 {
 				moves[n-1].to = f.seq
@@ -462,7 +463,7 @@ func (s *Store) advance(ctx context.Context, tx core.DBTX, fs []finished, owner 
 	// The key rows are locked (or, on SQLite, the database is) since they
 	// were read: a moved key whose last_seq is its new done_seq has no
 	// event to promote, and none can be written before this commits.
-	if !slices.ContainsFunc(moves, func(m move) bool { return last[m.key] > m.to }) {
+	if !slices.ContainsFunc(moves, func(m move) bool { return seqs[m.key][1] > m.to }) {
 		return nil, nil
 	}
 
