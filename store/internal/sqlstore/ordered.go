@@ -495,32 +495,96 @@ func (s *Store) advance(ctx context.Context, tx core.DBTX, fs []finished, owner 
 	return s.scanAll(tx.QueryContext(ctx, read, nargs...))
 }
 
+// keyChunk is the most keys one key UPDATE or promotion of advanceLimited
+// names. Past a couple of hundred OR-ed keys MySQL and MariaDB stop
+// estimating each range (eq_range_index_dive_limit) and may scan the key
+// table, or drive the promotion's join from it and scan the events; the key
+// UPDATE's CASE also costs keys squared. Chunks keep each statement a walk of
+// its index, whatever the batch.
+const keyChunk = 64
+
 // advanceLimited is advance for dialects whose UPDATE takes ORDER BY
-// (MySQL), in two statements instead of three (the read-back aside), fs
-// sorted by key and seq. Each run of fs (finished seqs of one key that
-// follow each other without a gap) moves its key from the seq before it to
-// its last one, if the key's done_seq is the seq before it: one key UPDATE,
-// in key order, which so locks the rows it moves in key order, waiting for
-// their writers. The promotion, a later statement, then promotes the event
-// after each run only where its key now stands right before it (a join on
-// the key row), so that a key that did not move promotes nothing. It runs
-// only when the key UPDATE reports a moved key with events after its new
-// done_seq: with every moved key finished up to its last event (a key's
-// events delivered as they are written), the batch takes one statement
-// fewer.
+// (MySQL), in two statements per keyChunk keys instead of three (the
+// read-back aside), fs sorted by key and seq. Each run of fs (finished seqs
+// of one key that follow each other without a gap) moves its key from the
+// seq before it to its last one, if the key's done_seq is the seq before
+// it: key UPDATEs of keyChunk runs each, in key order, which so lock the
+// rows they move in key order, waiting for their writers. The promotions,
+// later statements, then promote the event after each run only where its
+// key now stands right before it (a join on the key row), so that a key
+// that did not move promotes nothing. A chunk's promotion runs only when
+// its key UPDATE reports a moved key with events after its new done_seq:
+// with every moved key finished up to its last event (a key's events
+// delivered as they are written), the batch takes one statement fewer per
+// chunk.
 func (s *Store) advanceLimited(ctx context.Context, tx core.DBTX, fs []finished, owner string, now time.Time) ([]core.Event, error) {
-	type run struct {
-		key      orderKey
-		from, to int64
-	}
-	var runs []run
+	var runs []seqRun
 	for _, f := range fs {
 		if n := len(runs); n > 0 && runs[n-1].key == f.key && runs[n-1].to+1 == f.seq {
 			runs[n-1].to = f.seq
 			continue
 		}
-		runs = append(runs, run{f.key, f.seq - 1, f.seq})
+		runs = append(runs, seqRun{f.key, f.seq - 1, f.seq})
 	}
+	var waiting [][]seqRun
+	for chunk := range slices.Chunk(runs, keyChunk) {
+		w, err := s.moveKeys(ctx, tx, chunk, now)
+		if err != nil {
+			return nil, err
+		}
+		if w {
+			waiting = append(waiting, chunk)
+		}
+	}
+	if len(waiting) == 0 {
+		return nil, nil
+	}
+	at := now
+	if owner != "" && s.d.Claim == ClaimUpdateThenSelect {
+		at = s.leases.next(now)
+	}
+	var by, lockedAt any
+	if owner != "" {
+		by, lockedAt = owner, s.ts(at)
+	}
+	var promoted []core.Event
+	for _, chunk := range waiting {
+		nargs := []any{by, lockedAt}
+		for _, r := range chunk {
+			nargs = append(nargs, r.key.aggType, r.key.aggID, r.to+1)
+		}
+		promote, read := s.promoteStmts(len(chunk))
+		res, err := tx.ExecContext(ctx, promote, nargs...)
+		if err != nil {
+			return nil, err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return nil, err
+		} else if n == 0 {
+			continue
+		}
+		// The rows it promoted are those of the keys' next events now
+		// leased by owner at this lease's unique stamp.
+		evs, err := s.scanAll(tx.QueryContext(ctx, read, nargs...))
+		if err != nil {
+			return nil, err
+		}
+		promoted = append(promoted, evs...)
+	}
+	return promoted, nil
+}
+
+// seqRun is a key's move over finished events that follow each other
+// without a gap: from the seq before the first to the last.
+type seqRun struct {
+	key      orderKey
+	from, to int64
+}
+
+// moveKeys is one key UPDATE of advanceLimited: each key of runs moves from
+// its from to its to, if it stands at from. It reports whether a moved key
+// has events after its new done_seq.
+func (s *Store) moveKeys(ctx context.Context, tx core.DBTX, runs []seqRun, now time.Time) (bool, error) {
 	var set, where strings.Builder
 	uargs := make([]any, 0, 7*len(runs)+1)
 	wargs := make([]any, 0, 3*len(runs))
@@ -545,37 +609,13 @@ func (s *Store) advanceLimited(ctx context.Context, tx core.DBTX, fs []finished,
 	uargs = append(uargs, s.ts(now))
 	res, err := tx.ExecContext(ctx, s.d.rebind(set.String()+where.String()+" ORDER BY aggregate_type, aggregate_id"), append(uargs, wargs...)...)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
 	if moved, err := res.RowsAffected(); err != nil || moved == 0 {
-		return nil, err
+		return false, err
 	}
-	if waiting, err := res.LastInsertId(); err != nil || waiting == 0 {
-		return nil, err
-	}
-	at := now
-	if owner != "" && s.d.Claim == ClaimUpdateThenSelect {
-		at = s.leases.next(now)
-	}
-	var by, lockedAt any
-	if owner != "" {
-		by, lockedAt = owner, s.ts(at)
-	}
-	nargs := []any{by, lockedAt}
-	for _, r := range runs {
-		nargs = append(nargs, r.key.aggType, r.key.aggID, r.to+1)
-	}
-	promote, read := s.promoteStmts(len(runs))
-	res, err = tx.ExecContext(ctx, promote, nargs...)
-	if err != nil {
-		return nil, err
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		return nil, err
-	}
-	// The rows it promoted are those of the keys' next events now leased by
-	// owner at this lease's unique stamp.
-	return s.scanAll(tx.QueryContext(ctx, read, nargs...))
+	waiting, err := res.LastInsertId()
+	return waiting != 0, err
 }
 
 // promoteStmts returns the statement that promotes the next events of n keys
@@ -588,9 +628,12 @@ func (s *Store) promoteStmts(n int) (promote, read string) {
 	promote = "UPDATE " + s.qt + " SET status = 0, locked_by = ?, locked_at = ? WHERE status = 4 AND " + next
 	if s.d.LimitedWrites {
 		// advanceLimited moves the keys without reading them first: an event
-		// is promoted only if its key now stands right before it.
+		// is promoted only if its key now stands right before it. The join
+		// starts from the events (STRAIGHT_JOIN), found by (key, seq): left
+		// to itself, the optimizer may start from the key rows and read
+		// every event of their keys, or scan the events.
 		nextE := "(" + strings.TrimSuffix(strings.Repeat("(e.aggregate_type = ? AND e.aggregate_id = ? AND e.seq = ?) OR ", n), " OR ") + ")"
-		promote = "UPDATE " + s.qt + " e JOIN " + s.table.KeyTable().Quoted(s.d.Quote) + " k " +
+		promote = "UPDATE " + s.qt + " e STRAIGHT_JOIN " + s.table.KeyTable().Quoted(s.d.Quote) + " k " +
 			"ON k.aggregate_type = e.aggregate_type AND k.aggregate_id = e.aggregate_id AND k.done_seq = e.seq - 1 " +
 			"SET e.status = 0, e.locked_by = ?, e.locked_at = ? WHERE e.status = 4 AND " + nextE
 	}
