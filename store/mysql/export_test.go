@@ -15,3 +15,9 @@ func PlanStatements(s *Store, now time.Time) []sqlstore.Statement {
 // LegacyDDL returns the statements of the previous release's CreateSchema
 // (schema.sql alone) for s's table.
 func LegacyDDL(s *Store) []string { return s.shared.BaseDDL() }
+
+// KeyPlanStatements gives the plan tests the key statements of a DONE batch
+// of the largest size.
+func KeyPlanStatements(s *Store, aggType string, aggIDs []string, now time.Time) []sqlstore.Statement {
+	return sqlstore.KeyPlanStatements(s.shared, aggType, aggIDs, now)
+}

@@ -3,6 +3,7 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +59,84 @@ func TestPlans(t *testing.T) {
 				t.Logf("%s (%d rows): type=%s key=%s rows=%s Extra=%s", stmt.Name, n, p["type"], p["key"], p["rows"], p["Extra"])
 			}
 		})
+	}
+}
+
+// TestKeyPlans checks the key statements of an ordered DONE batch of the
+// largest size, on 1,000 keys of 20 events each, before and after ANALYZE:
+// the key UPDATE walks the key table's primary key, and the promotion finds
+// the events by (key, seq), then their key rows. With every key of a big
+// batch in one statement the server scanned the key table and the events
+// instead, holding the keys' locks for the scan.
+func TestKeyPlans(t *testing.T) {
+	tg := testdb.MySQL(t)
+	ctx := context.Background()
+	ordered, ok := tg.Ordered.(*mysql.Store)
+	if !ok {
+		t.Fatalf("Target.Ordered is %T", tg.Ordered)
+	}
+	const keys, events = 1000, 20
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	ids := make([]string, keys)
+	var keyRows []string
+	var keyArgs []any
+	for k := range keys {
+		ids[k] = fmt.Sprintf("k-%06d", k)
+		keyRows = append(keyRows, "(?, ?, ?, ?, ?)")
+		keyArgs = append(keyArgs, "Order", ids[k], events, 15, now)
+	}
+	// Per key: seq 1-15 DONE, 16 its head, 17-20 waiting.
+	for seq := 1; seq <= events; seq++ {
+		status := 4
+		switch {
+		case seq <= 15:
+			status = 1
+		case seq == 16:
+			status = 0
+		}
+		var rows []string
+		var args []any
+		for _, id := range ids {
+			rows = append(rows, "(?, 'Placed', 'Order', ?, '{}', ?, ?, ?, ?)")
+			args = append(args, fmt.Sprintf("%s-%02d", id, seq), id, status, now, now, seq)
+		}
+		if _, err := tg.DB.ExecContext(ctx, "INSERT INTO "+tg.Table+" (event_id, event_type, aggregate_type, aggregate_id, payload, "+
+			"status, available_at, created_at, seq) VALUES "+strings.Join(rows, ", "), args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tg.DB.ExecContext(ctx, "INSERT INTO "+ordered.KeyTable()+" (aggregate_type, aggregate_id, last_seq, done_seq, updated_at) VALUES "+
+		strings.Join(keyRows, ", "), keyArgs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, analyzed := range []bool{false, true} {
+		if analyzed {
+			if _, err := tg.DB.ExecContext(ctx, "ANALYZE TABLE "+tg.Table+", "+ordered.KeyTable()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		stmts := mysql.KeyPlanStatements(ordered, "Order", ids, now)
+		if len(stmts) != 2 {
+			t.Fatalf("KeyPlanStatements: %d statements, want 2", len(stmts))
+		}
+		for _, stmt := range stmts {
+			plan := explain(t, tg.DB, stmt.SQL, stmt.Args...)
+			if stmt.Name == "promote" {
+				checkPromote(t, tg.Table, plan)
+				if len(plan) > 0 && plan[0]["table"] != "e" {
+					t.Errorf("promote (analyzed %v) starts from %s, want the events (e): %v", analyzed, plan[0]["table"], plan)
+				}
+				continue
+			}
+			if len(plan) != 1 {
+				t.Fatalf("%s: want one plan row, got %v", stmt.Name, plan)
+			}
+			p := plan[0]
+			if p["key"] != "PRIMARY" || p["type"] != "range" || strings.Contains(p["Extra"], "filesort") {
+				t.Errorf("%s (analyzed %v) is not a range of the key table's primary key: %v", stmt.Name, analyzed, p)
+			}
+			t.Logf("%s (analyzed %v): type=%s key=%s rows=%s Extra=%s", stmt.Name, analyzed, p["type"], p["key"], p["rows"], p["Extra"])
+		}
 	}
 }
 

@@ -39,6 +39,7 @@ var orderedTests = []test{
 	{"OrderedBatchAcrossKeys", testOrderedBatch},
 	{"OrderedBatchRuns", testOrderedBatchRuns},
 	{"OrderedDonePromotesOnlyWhereWaiting", testDonePromotesOnlyWhereWaiting},
+	{"OrderedDoneBatchOfManyKeys", testDoneManyKeys},
 	{"OrderedInsertFailsWhole", testOrderedInsertFails},
 	{"OrderedPurgeKeys", testPurgeKeys},
 }
@@ -571,6 +572,63 @@ func testDonePromotesOnlyWhereWaiting(t *testing.T, tg Target) {
 	}
 	wantState(t, tg, "B-2", core.StatusNew, 2, owner)
 	wantState(t, tg, "F-2", core.StatusWaiting, 2, "")
+}
+
+// testDoneManyKeys: a DONE batch of 200 keys, more than the store's key
+// statements name at once, moves every key and promotes the next event of
+// each key that has one, whichever part of the batch its key falls in: the
+// first 64 keys, in key order, have nothing waiting.
+func testDoneManyKeys(t *testing.T, tg Target) {
+	st := orderedStore(t, tg)
+	const keys = 200
+	var envs []core.Envelope
+	var heads, seconds, thirds []string
+	for k := range keys {
+		key := fmt.Sprintf("K%03d", k)
+		events := 1
+		switch {
+		case k >= 150:
+			events = 3
+		case k >= 64:
+			events = 2
+		}
+		for i := 1; i <= events; i++ {
+			id := fmt.Sprintf("%s-%d", key, i)
+			envs = append(envs, env(t, id, base, keyed("Order", key)))
+			switch i {
+			case 1:
+				heads = append(heads, id)
+			case 2:
+				seconds = append(seconds, id)
+			case 3:
+				thirds = append(thirds, id)
+			}
+		}
+	}
+	writeOrdered(t, tg, st, owner, envs...)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	for _, step := range []struct {
+		done, want []string
+		seq        int64
+	}{{heads, seconds, 2}, {seconds, thirds, 3}, {thirds, nil, 0}} {
+		n, promoted, err := st.MarkDoneOrdered(ctx(t), tg.DB, owner, step.done, now)
+		if err != nil || n != int64(len(step.done)) {
+			t.Fatalf("mark done %d events: n=%d err=%v", len(step.done), n, err)
+		}
+		got := ids(promoted)
+		slices.Sort(got)
+		if !slices.Equal(got, step.want) {
+			t.Fatalf("mark done %d events promoted %d %v, want %d %v", len(step.done), len(got), got, len(step.want), step.want)
+		}
+		for _, id := range step.want {
+			wantState(t, tg, id, core.StatusNew, step.seq, owner)
+		}
+	}
+	for _, id := range append(append(heads, seconds...), thirds...) {
+		if ev := get(t, tg, id); ev.Status != core.StatusDone {
+			t.Fatalf("%s: status %v, want DONE", id, ev.Status)
+		}
+	}
 }
 
 // countingTx counts the statements that promote waiting events (an UPDATE

@@ -362,13 +362,22 @@ func (s *Store) finish(ctx context.Context, tx core.DBTX, owner string, ids []st
 	return n, promoted, err
 }
 
+// keyChunk is the most keys one key statement of advance names. The key
+// UPDATE's CASE costs keys squared (each moved row tries the WHENs in turn:
+// 512 keys take four times as long in one statement as in chunks of 64 on
+// SQLite), and past a couple of hundred OR-ed keys MySQL and MariaDB stop
+// estimating each range (eq_range_index_dive_limit) and may scan the key
+// table, or drive the promotion's join from it and scan the events. Chunks
+// keep each statement a walk of its index, whatever the batch.
+const keyChunk = 64
+
 // advance moves each key of fs past its finished events and promotes the
 // key's next event from WAITING to NEW, leased by owner at now. A key moves
 // from done_seq through the finished seqs that follow it without a gap; a
 // key whose done_seq+1 is not among them (it went past the event already: a
 // skipped or continued DEAD event replayed) is left alone.
 //
-// Whatever the number of keys, it takes three statements (four without
+// Per keyChunk keys, in key order, it takes three statements (four without
 // RETURNING): a locking read of the key rows in key order, so that two
 // transactions locking several keys never wait on each other in a cycle;
 // one UPDATE of those rows; and, as a later statement that sees the WAITING
@@ -385,6 +394,37 @@ func (s *Store) advance(ctx context.Context, tx core.DBTX, fs []finished, owner 
 	if s.d.LimitedWrites {
 		return s.advanceLimited(ctx, tx, fs, owner, now)
 	}
+	var promoted []core.Event
+	for len(fs) > 0 {
+		n := keyPrefix(fs, keyChunk)
+		p, err := s.advanceKeys(ctx, tx, fs[:n], owner, now)
+		if err != nil {
+			return nil, err
+		}
+		promoted = append(promoted, p...)
+		fs = fs[n:]
+	}
+	return promoted, nil
+}
+
+// keyPrefix returns the length of the longest prefix of fs, sorted by key,
+// that holds at most max keys.
+func keyPrefix(fs []finished, max int) int {
+	keys := 0
+	for i, f := range fs {
+		if i == 0 || f.key != fs[i-1].key {
+			if keys == max {
+				return i
+			}
+			keys++
+		}
+	}
+	return len(fs)
+}
+
+// advanceKeys is advance for fs, sorted by key and seq, of at most keyChunk
+// keys.
+func (s *Store) advanceKeys(ctx context.Context, tx core.DBTX, fs []finished, owner string, now time.Time) ([]core.Event, error) {
 	var keys []orderKey
 	for i, f := range fs {
 		if i == 0 || f.key != fs[i-1].key {
@@ -495,14 +535,6 @@ func (s *Store) advance(ctx context.Context, tx core.DBTX, fs []finished, owner 
 	return s.scanAll(tx.QueryContext(ctx, read, nargs...))
 }
 
-// keyChunk is the most keys one key UPDATE or promotion of advanceLimited
-// names. Past a couple of hundred OR-ed keys MySQL and MariaDB stop
-// estimating each range (eq_range_index_dive_limit) and may scan the key
-// table, or drive the promotion's join from it and scan the events; the key
-// UPDATE's CASE also costs keys squared. Chunks keep each statement a walk of
-// its index, whatever the batch.
-const keyChunk = 64
-
 // advanceLimited is advance for dialects whose UPDATE takes ORDER BY
 // (MySQL), in two statements per keyChunk keys instead of three (the
 // read-back aside), fs sorted by key and seq. Each run of fs (finished seqs
@@ -585,6 +617,20 @@ type seqRun struct {
 // its from to its to, if it stands at from. It reports whether a moved key
 // has events after its new done_seq.
 func (s *Store) moveKeys(ctx context.Context, tx core.DBTX, runs []seqRun, now time.Time) (bool, error) {
+	q, args := s.moveKeysStmt(runs, now)
+	res, err := tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return false, err
+	}
+	if moved, err := res.RowsAffected(); err != nil || moved == 0 {
+		return false, err
+	}
+	waiting, err := res.LastInsertId()
+	return waiting != 0, err
+}
+
+// moveKeysStmt returns the key UPDATE of moveKeys and its arguments.
+func (s *Store) moveKeysStmt(runs []seqRun, now time.Time) (string, []any) {
 	var set, where strings.Builder
 	uargs := make([]any, 0, 7*len(runs)+1)
 	wargs := make([]any, 0, 3*len(runs))
@@ -607,15 +653,7 @@ func (s *Store) moveKeys(ctx context.Context, tx core.DBTX, runs []seqRun, now t
 	// nothing more than it would otherwise.)
 	set.WriteString(" ELSE done_seq END, updated_at = ?, last_seq = IF(last_seq > done_seq, LAST_INSERT_ID(last_seq), last_seq) WHERE ")
 	uargs = append(uargs, s.ts(now))
-	res, err := tx.ExecContext(ctx, s.d.rebind(set.String()+where.String()+" ORDER BY aggregate_type, aggregate_id"), append(uargs, wargs...)...)
-	if err != nil {
-		return false, err
-	}
-	if moved, err := res.RowsAffected(); err != nil || moved == 0 {
-		return false, err
-	}
-	waiting, err := res.LastInsertId()
-	return waiting != 0, err
+	return s.d.rebind(set.String() + where.String() + " ORDER BY aggregate_type, aggregate_id"), append(uargs, wargs...)
 }
 
 // promoteStmts returns the statement that promotes the next events of n keys

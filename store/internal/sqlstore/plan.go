@@ -8,7 +8,7 @@ import (
 
 // Statement is one SQL statement of a Store with sample arguments.
 type Statement struct {
-	Name string // "claim", "claim-from", "claim-read-back", "dead", "count-dead", "replay-dead", "purge", "promote" or "promote-read"
+	Name string // "claim", "claim-from", "claim-read-back", "dead", "count-dead", "replay-dead", "purge", "promote", "promote-read" or "key-advance"
 	SQL  string // in the dialect's bind-marker style
 	Args []any
 }
@@ -61,4 +61,30 @@ func PlanStatements(s *Store, now time.Time) []Statement {
 		out = append(out, Statement{"promote-read", read, pargs})
 	}
 	return out
+}
+
+// KeyPlanStatements returns, for a dialect with Dialect.LimitedWrites, the
+// statements of a DONE batch that finishes the first event of as many of
+// aggIDs (keys of aggType) as one statement names: the key UPDATE
+// ("key-advance") and the promotion of the keys' second events ("promote"),
+// bound to sample arguments around now. They must walk their indexes (the
+// key table's primary key; the events' seq index, then the key rows) at the
+// largest batch, whatever the table's statistics. Other dialects return
+// nil.
+func KeyPlanStatements(s *Store, aggType string, aggIDs []string, now time.Time) []Statement {
+	if !s.d.LimitedWrites {
+		return nil
+	}
+	now = now.UTC().Truncate(time.Microsecond)
+	runs := make([]seqRun, 0, keyChunk)
+	for _, id := range aggIDs[:min(len(aggIDs), keyChunk)] {
+		runs = append(runs, seqRun{orderKey{aggType, id}, 0, 1})
+	}
+	q, args := s.moveKeysStmt(runs, now)
+	pargs := []any{"explain", s.ts(now)}
+	for _, r := range runs {
+		pargs = append(pargs, r.key.aggType, r.key.aggID, r.to+1)
+	}
+	promote, _ := s.promoteStmts(len(runs))
+	return []Statement{{"key-advance", q, args}, {"promote", promote, pargs}}
 }
