@@ -362,7 +362,12 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 		}
 	}
 	for round := range c.rounds {
-		for _, k := range kinds {
+		// Each round starts one row later, so that no row always runs
+		// right after the same others (the last row of every round
+		// inherited the server's background work of the runs before it:
+		// PostgreSQL's checkpoints and autovacuum, InnoDB's purge).
+		for i := range kinds {
+			k := kinds[(round+i)%len(kinds)]
 			fmt.Printf("    round %d: %s ...\n", round+1, k.name)
 			var (
 				r   result
