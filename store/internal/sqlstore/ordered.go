@@ -507,14 +507,7 @@ func (s *Store) advanceKeys(ctx context.Context, tx core.DBTX, fs []finished, ow
 		return nil, nil
 	}
 
-	at := now
-	if owner != "" && s.d.Claim == ClaimUpdateThenSelect {
-		at = s.leases.next(now)
-	}
-	var by, lockedAt any
-	if owner != "" {
-		by, lockedAt = owner, s.ts(at)
-	}
+	by, lockedAt := s.promotionLease(owner, now)
 	nargs := []any{by, lockedAt}
 	for _, j := range s.padMoves(len(moves)) {
 		nargs = append(nargs, moves[j].key.aggType, moves[j].key.aggID, moves[j].to+1)
@@ -571,14 +564,7 @@ func (s *Store) advanceLimited(ctx context.Context, tx core.DBTX, fs []finished,
 	if len(waiting) == 0 {
 		return nil, nil
 	}
-	at := now
-	if owner != "" && s.d.Claim == ClaimUpdateThenSelect {
-		at = s.leases.next(now)
-	}
-	var by, lockedAt any
-	if owner != "" {
-		by, lockedAt = owner, s.ts(at)
-	}
+	by, lockedAt := s.promotionLease(owner, now)
 	var promoted []core.Event
 	for _, chunk := range waiting {
 		nargs := []any{by, lockedAt}
@@ -604,6 +590,20 @@ func (s *Store) advanceLimited(ctx context.Context, tx core.DBTX, fs []finished,
 		promoted = append(promoted, evs...)
 	}
 	return promoted, nil
+}
+
+// promotionLease returns the lease promoted events get: owner at now, or
+// under ClaimUpdateThenSelect at a stamp of its own, by which the read-back
+// finds the rows its promotion leased; nil and nil without an owner.
+func (s *Store) promotionLease(owner string, now time.Time) (by, lockedAt any) {
+	if owner == "" {
+		return nil, nil
+	}
+	at := now
+	if s.d.Claim == ClaimUpdateThenSelect {
+		at = s.leases.next(now)
+	}
+	return owner, s.ts(at)
 }
 
 // seqRun is a key's move over finished events that follow each other
