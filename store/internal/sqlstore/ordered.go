@@ -457,11 +457,7 @@ func (s *Store) advanceKeys(ctx context.Context, tx core.DBTX, fs []finished, ow
 	}
 	// moves: each key that goes forward, from its done_seq to the last of
 	// its finished events that follow it without a gap.
-	type move struct {
-		key      orderKey
-		from, to int64
-	}
-	var moves []move
+	var moves []seqRun
 	for _, f := range fs {
 		ks, ok := seqs[f.key]
 		if !ok {
@@ -475,7 +471,7 @@ func (s *Store) advanceKeys(ctx context.Context, tx core.DBTX, fs []finished, ow
 			continue
 		}
 		if f.seq == d+1 {
-			moves = append(moves, move{f.key, d, f.seq})
+			moves = append(moves, seqRun{f.key, d, f.seq})
 		}
 	}
 	if len(moves) == 0 {
@@ -503,16 +499,23 @@ func (s *Store) advanceKeys(ctx context.Context, tx core.DBTX, fs []finished, ow
 	// The key rows are locked (or, on SQLite, the database is) since they
 	// were read: a moved key whose last_seq is its new done_seq has no
 	// event to promote, and none can be written before this commits.
-	if !slices.ContainsFunc(moves, func(m move) bool { return seqs[m.key][1] > m.to }) {
+	if !slices.ContainsFunc(moves, func(m seqRun) bool { return seqs[m.key][1] > m.to }) {
 		return nil, nil
 	}
-
 	by, lockedAt := s.promotionLease(owner, now)
-	nargs := []any{by, lockedAt}
-	for _, j := range s.padMoves(len(moves)) {
-		nargs = append(nargs, moves[j].key.aggType, moves[j].key.aggID, moves[j].to+1)
+	return s.promoteNext(ctx, tx, moves, by, lockedAt)
+}
+
+// promoteNext promotes the event after each run of runs, leased by by at
+// lockedAt (see promotionLease), and returns the events it promoted.
+func (s *Store) promoteNext(ctx context.Context, tx core.DBTX, runs []seqRun, by, lockedAt any) ([]core.Event, error) {
+	idx := s.padMoves(len(runs))
+	nargs := make([]any, 0, 2+3*len(idx))
+	nargs = append(nargs, by, lockedAt)
+	for _, j := range idx {
+		nargs = append(nargs, runs[j].key.aggType, runs[j].key.aggID, runs[j].to+1)
 	}
-	promote, read := s.promoteStmts((len(nargs) - 2) / 3)
+	promote, read := s.promoteStmts(len(idx))
 	if !s.d.NoReturning {
 		return s.scanAll(tx.QueryContext(ctx, promote, nargs...))
 	}
@@ -524,7 +527,7 @@ func (s *Store) advanceKeys(ctx context.Context, tx core.DBTX, fs []finished, ow
 		return nil, err
 	}
 	// The rows this statement promoted are those of the keys' next events
-	// now leased by owner at this lease's unique stamp.
+	// now leased by by at this lease's unique stamp.
 	return s.scanAll(tx.QueryContext(ctx, read, nargs...))
 }
 
@@ -567,23 +570,7 @@ func (s *Store) advanceLimited(ctx context.Context, tx core.DBTX, fs []finished,
 	by, lockedAt := s.promotionLease(owner, now)
 	var promoted []core.Event
 	for _, chunk := range waiting {
-		nargs := []any{by, lockedAt}
-		for _, r := range chunk {
-			nargs = append(nargs, r.key.aggType, r.key.aggID, r.to+1)
-		}
-		promote, read := s.promoteStmts(len(chunk))
-		res, err := tx.ExecContext(ctx, promote, nargs...)
-		if err != nil {
-			return nil, err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return nil, err
-		} else if n == 0 {
-			continue
-		}
-		// The rows it promoted are those of the keys' next events now
-		// leased by owner at this lease's unique stamp.
-		evs, err := s.scanAll(tx.QueryContext(ctx, read, nargs...))
+		evs, err := s.promoteNext(ctx, tx, chunk, by, lockedAt)
 		if err != nil {
 			return nil, err
 		}
