@@ -47,8 +47,9 @@ Commands:
   help [COMMAND]                              this text, or a command's flags
 
 Global flags (also accepted after the command):
-  --dsn DSN       postgres://..., mysql://user:pass@tcp(host:port)/db, sqlite://path
-                  or file:path (default $OUTBOX_DSN)
+  --dsn DSN       postgres://user:pass@host:5432/db (or host=... dbname=...),
+                  user:pass@tcp(host:3306)/db (or mysql://user:pass@tcp(...)/db),
+                  sqlite://path, file:path or a path (default $OUTBOX_DSN)
   --table NAME    outbox table (default $OUTBOX_TABLE, else outbox_event)
   --timeout D     give up after D, e.g. 10m (default: no limit; Ctrl-C stops);
                   every duration D takes days too: 7d, 1d12h, 36h, 90m
