@@ -15,7 +15,8 @@ SOLO_MODULES := ./broker/kafka/kfaketest
 
 .PHONY: help
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {n++; t[n] = $$1; d[n] = $$2; if (length($$1) > w) w = length($$1)} \
+		END {for (i = 1; i <= n; i++) printf "  %-" w "s  %s\n", t[i], d[i]}' $(MAKEFILE_LIST)
 
 # testsummary runs go test and ends with one line saying which databases
 # ran and which skipped and why (a package whose database tests all skipped

@@ -52,7 +52,7 @@ func hint(err error, table string) string {
 		errors.As(err, &myErr) && myErr.Number == 1146,
 		strings.Contains(err.Error(), "no such table"):
 		return fmt.Sprintf("the table %q does not exist in this database: check --table (or $OUTBOX_TABLE) "+
-			"and the database the DSN names; 'outboxctl schema' prints the DDL that creates it", table)
+			"and the database the DSN names; 'outboxctl migrate up' creates it ('outboxctl schema' prints its DDL)", table)
 	}
 	return ""
 }

@@ -217,6 +217,26 @@ func TestUsage(t *testing.T) {
 	mustContain(t, cli(t, nil, "--help").want(t, exitOK).stdout, "Usage: outboxctl")
 	mustContain(t, cli(t, nil, "help", "purge").want(t, exitOK).stdout, "--older-than", "-yes", "Exit codes:")
 	mustContain(t, cli(t, nil, "dead", "list", "-h").want(t, exitOK).stdout, "-payload")
+	// help takes every command the usage lists, those with subcommands too.
+	mustContain(t, cli(t, nil, "help", "dead").want(t, exitOK).stdout, "outboxctl dead list [", "outboxctl dead replay-all [",
+		"outboxctl dead blocked [", "outboxctl dead skip [", "'outboxctl help dead SUBCOMMAND'")
+	mustContain(t, cli(t, nil, "help", "migrate").want(t, exitOK).stdout, "outboxctl migrate status [", "outboxctl migrate up [",
+		"outboxctl migrate down --to N", "outboxctl migrate files --format")
+	mustContain(t, cli(t, nil, "help", "partitions").want(t, exitOK).stdout, "outboxctl partitions migrate [")
+	mustContain(t, cli(t, nil, "help", "migrate", "up").want(t, exitOK).stdout, "-to", "-dry-run")
+	mustContain(t, cli(t, nil, "help", "frobnicate").want(t, exitUsage).stderr, `unknown command "frobnicate" (want one of: dead, migrate,`)
+	// Every command the usage text names is one help takes.
+	seen := map[string]bool{"help": true}
+	for _, line := range strings.Split(cli(t, nil, "help").want(t, exitOK).stdout, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "   ") &&
+			!strings.HasPrefix(f[0], "-") && !seen[f[0]] {
+			seen[f[0]] = true
+			cli(t, nil, "help", f[0]).want(t, exitOK)
+		}
+	}
+	if len(seen) < 8 {
+		t.Errorf("the usage text lists %d commands, want at least 8: %v", len(seen)-1, seen)
+	}
 	cli(t, nil, "frobnicate").want(t, exitUsage)
 	cli(t, nil, "dead").want(t, exitUsage)
 	cli(t, nil, "dead", "resurrect").want(t, exitUsage)
