@@ -45,6 +45,11 @@ type Dispatcher struct {
 
 	life     *lifecycle.Staged // Start, Close and the shutdown stages set in New
 	workers  sync.WaitGroup
+	// autoWorkers: Config.Workers was zero, and Start sizes the workers to
+	// the registered listeners (asyncWorkers); nworkers is what it chose.
+	autoWorkers bool
+	nworkers    atomic.Int64
+	writeSlots  chan struct{} // see maxWorkerWrites
 	retrying chan struct{} // closed when the release retry goroutine has exited
 
 	stopWrites, stopRenew chan struct{}  // closed at shutdown to stop retryWrites, renewLeases
@@ -55,11 +60,14 @@ type Dispatcher struct {
 // Start to begin delivering them. Bad configuration returns an error matching
 // core.ErrInvalid.
 func New(cfg Config) (*Dispatcher, error) {
+	auto := cfg.Workers == 0
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	d := &Dispatcher{
+		autoWorkers: auto,
+		writeSlots:  make(chan struct{}, maxWorkerWrites),
 		cfg:      cfg,
 		owner:    cfg.Owner,
 		log:      logging.Resolve(cfg.Logger, cfg.Slog).With().Str("component", "outbox.dispatcher").Logger(),
@@ -132,6 +140,30 @@ func (d *Dispatcher) Owner() string { return d.owner }
 // with the same one; poller.New takes it from here.
 func (d *Dispatcher) LeaseTimeout() time.Duration { return d.cfg.LeaseTimeout }
 
+// maxAutoWorkers caps the workers an asynchronous listener's InFlight asks
+// for.
+const maxAutoWorkers = 4096
+
+// Workers returns the number of workers: Config.Workers when it was set;
+// otherwise the number Start chose, or would choose now before Start:
+// DefaultWorkers, or the largest InFlight of the registered listeners that
+// are core.AsyncListeners (the broker publishers), at most 4096.
+func (d *Dispatcher) Workers() int {
+	if n := d.nworkers.Load(); n > 0 {
+		return int(n)
+	}
+	if !d.autoWorkers {
+		return d.cfg.Workers
+	}
+	n := DefaultWorkers
+	for _, l := range d.cfg.Registry.Listeners() {
+		if a, ok := l.(core.AsyncListener); ok {
+			n = max(n, min(a.InFlight(), maxAutoWorkers))
+		}
+	}
+	return n
+}
+
 // Start launches the workers and returns at once. It returns
 // core.ErrAlreadyStarted if the dispatcher was started before and
 // core.ErrClosed after Close. Cancelling ctx shuts the dispatcher down as
@@ -142,7 +174,9 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		if d.batch != nil {
 			go d.batch.run(work) // owned: AfterHardStop waits on d.batch.done
 		}
-		for range d.cfg.Workers {
+		n := d.Workers()
+		d.nworkers.Store(int64(n))
+		for range n {
 			d.workers.Go(func() { d.work(work) })
 		}
 		// Owned: AfterHardStop stops and waits for both.
