@@ -45,12 +45,13 @@ type Dispatcher struct {
 
 	life     *lifecycle.Staged // Start, Close and the shutdown stages set in New
 	workers  sync.WaitGroup
+	retrying chan struct{} // closed when the release retry goroutine has exited
+
 	// autoWorkers: Config.Workers was zero, and Start sizes the workers to
-	// the registered listeners (asyncWorkers); nworkers is what it chose.
+	// the registered listeners (see Workers); nworkers is what it chose.
 	autoWorkers bool
 	nworkers    atomic.Int64
 	writeSlots  chan struct{} // see maxWorkerWrites
-	retrying chan struct{} // closed when the release retry goroutine has exited
 
 	stopWrites, stopRenew chan struct{}  // closed at shutdown to stop retryWrites, renewLeases
 	writers, renewers     sync.WaitGroup // retryWrites, renewLeases
