@@ -67,20 +67,19 @@ func New(cfg Config) (*Dispatcher, error) {
 		return nil, err
 	}
 	d := &Dispatcher{
-		autoWorkers: auto,
-		writeSlots:  make(chan struct{}, maxWorkerWrites),
-		cfg:         cfg,
-		owner:       cfg.Owner,
-		log:         logging.Resolve(cfg.Logger, cfg.Slog).With().Str("component", "outbox.dispatcher").Logger(),
-		hot:         make(chan item, cfg.HotQueueSize),
-		cold:        make(chan item, cfg.ColdQueueSize),
-		inflight:    newInflight(),
-		retrying:    make(chan struct{}),
-		pending:     newPendingWrites(),
+		cfg:      cfg,
+		owner:    cfg.Owner,
+		log:      logging.Resolve(cfg.Logger, cfg.Slog).With().Str("component", "outbox.dispatcher").Logger(),
+		hot:      make(chan item, cfg.HotQueueSize),
+		cold:     make(chan item, cfg.ColdQueueSize),
+		inflight: newInflight(),
+		retrying: make(chan struct{}),
+		pending:  newPendingWrites(),
 
 		stopWrites: make(chan struct{}),
 		stopRenew:  make(chan struct{}),
 	}
+	d.autoWorkers, d.writeSlots = auto, make(chan struct{}, maxWorkerWrites)
 	d.inflight.lease, d.inflight.now = cfg.LeaseTimeout, cfg.Now
 	d.renewer, _ = core.StoreAs[core.LeaseRenewer](cfg.Store)
 	if o, ok := core.StoreAs[core.OrderedStore](cfg.Store); ok && len(o.Ordering()) > 0 {
