@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"regexp"
@@ -177,6 +178,18 @@ func filter(r io.Reader, w io.Writer, verbose bool, tl *tally) []pkgResult {
 					emit(e.Package, e.Output)
 				}
 			case "pass", "fail", "skip":
+				if e.Action == "fail" && !verbose {
+					// Tests that never finished (go test's timeout panic
+					// ends the binary): their output, the panic's
+					// included, would otherwise be lost.
+					for _, key := range slices.Sorted(maps.Keys(groups)) {
+						if strings.HasPrefix(key, e.Package+" ") {
+							emit(e.Package, fmt.Sprintf("=== unfinished: %s\n%s", strings.TrimPrefix(key, e.Package+" "),
+								strings.Join(groups[key], "")))
+							delete(groups, key)
+						}
+					}
+				}
 				fmt.Fprint(w, strings.Join(pending[e.Package], ""))
 				delete(pending, e.Package)
 				result := map[string]string{"pass": "ok", "fail": "FAIL", "skip": "?"}[e.Action]

@@ -79,3 +79,30 @@ func TestSummaryNamesEverySkippedGroup(t *testing.T) {
 		t.Errorf("summary:\n got %s\nwant %s", got, want)
 	}
 }
+
+// TestUnfinishedTestsShown: when go test's timeout panic ends a package,
+// the output of the tests still running (the panic's with it) is shown,
+// not lost with the tests that never reported.
+func TestUnfinishedTestsShown(t *testing.T) {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	pkg := mod + "reliability"
+	for _, e := range []event{
+		{Action: "run", Package: pkg, Test: "TestSlow"},
+		{Action: "output", Package: pkg, Test: "TestSlow", Output: "    slow_test.go:10: still draining\n"},
+		{Action: "output", Package: pkg, Test: "TestSlow", Output: "panic: test timed out after 10m0s\n"},
+		{Action: "output", Package: pkg, Output: "FAIL\tgithub.com/outboxkit/outbox/reliability\t600.1s\n"},
+		{Action: "fail", Package: pkg},
+	} {
+		if err := enc.Encode(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var out strings.Builder
+	filter(strings.NewReader(b.String()), &out, false, &tally{groups: groups()})
+	for _, want := range []string{"=== unfinished: TestSlow", "still draining", "panic: test timed out after 10m0s"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
