@@ -67,7 +67,7 @@
 // by as soon as the check fails, so an instance that lost its connection
 // stops claiming. When the active process dies its session ends, the lock
 // is free, and a standby takes it at its next try and polls at once, so it
-// takes over within about one interval (docs/RELIABILITY.md has the
+// takes over within about one interval (docs/reliability.md#single-active-takeover has the
 // takeover times measured after kill -9).
 //
 // The hot path stays on in every instance: an event written through Do is

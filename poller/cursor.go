@@ -186,7 +186,7 @@ func (c *cursor) dueMarks(now time.Time) (near, far time.Time) {
 // nearly as much for 100 rows as for 500, and with a slow listener the queue
 // frees a few slots at a time: claiming whatever room there is would claim
 // a fraction of the size, and so many more times, at a higher cost per
-// event (docs/BENCHMARKS.md, outbox to broker). The queue still holds at
+// event (docs/benchmarks.md#outbox-to-broker). The queue still holds at
 // least half its size meanwhile, so the workers never wait for the claim.
 func (c *cursor) waitForRoom(room int) bool {
 	c.mu.Lock()
