@@ -1,0 +1,4 @@
+// Package pkg points into the fixture's docs: docs/page.md#a-heading is
+// there, docs/page.md#gone is not, and neither is docs/nothing.md.
+// Fixed in issue 7 (a result dated by work item).
+package pkg
