@@ -53,7 +53,7 @@ func TestRepository(t *testing.T) {
 	}
 	ps, err = Build(context.Background(), root, t.TempDir(), progs)
 	report("program does not build", ps, err)
-	t.Logf("%d programs built: %s", len(progs), names(progs))
+	t.Logf("%d programs checked: %s", len(progs), names(progs))
 }
 
 func names(progs []Program) string {
