@@ -5,8 +5,10 @@
 //     "session" or "issue" followed by a number): the documentation speaks
 //     about the current state, and history lives in git;
 //   - a relative link of a Markdown file, or its #anchor, points nowhere;
-//   - a Go file names a docs/ page (docs/README.md, say) that
-//     does not exist, or an anchor that page does not have;
+//   - a Go, YAML or SQL file names a docs/ page (docs/README.md, say)
+//     that does not exist, or an anchor that page does not have;
+//   - a page under docs/ cannot be reached from docs/README.md, the index,
+//     by following links;
 //   - a Go code block marked as a complete program does not build against
 //     the working tree, or its tests fail.
 //
@@ -305,14 +307,15 @@ func relTo(root, path string) string {
 // docRef matches a docs/ page named in a Go file.
 var docRef = regexp.MustCompile(`\bdocs/[A-Za-z0-9_./-]*[A-Za-z0-9_-]\.md(?:#[A-Za-z0-9_-]+)?`)
 
-// GoDocRefs returns every docs/ page named in a Go file under root (a
-// comment's pointer, a test that reads a page) that does not exist, or whose
-// anchor the page does not define. Paths are taken from the repository root
-// whatever the Go file's directory.
-func GoDocRefs(root string) ([]Problem, error) {
+// DocRefs returns every docs/ page named in a Go, YAML or SQL file under
+// root (a comment's pointer, a test that reads a page, an alert's
+// description) that does not exist, or whose anchor the page does not
+// define. Paths are taken from the repository root whatever the file's
+// directory.
+func DocRefs(root string) ([]Problem, error) {
 	cache := anchorCache{}
 	var out []Problem
-	err := walk(root, []string{".go"}, func(rel string, data []byte) error {
+	err := walk(root, []string{".go", ".yml", ".yaml", ".sql"}, func(rel string, data []byte) error {
 		for i, line := range lines(data) {
 			for _, ref := range docRef.FindAllString(line, -1) {
 				msg, err := checkTarget(root, root, filepath.Join(root, "README.md"), ref, cache)
@@ -323,6 +326,54 @@ func GoDocRefs(root string) ([]Problem, error) {
 					out = append(out, Problem{rel, i + 1, msg})
 				}
 			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// Unindexed returns every Markdown page under root/docs that cannot be
+// reached from root/docs/README.md by following relative links, so that
+// the index lists every page (directly, or through a page it lists).
+func Unindexed(root string) ([]Problem, error) {
+	docs := filepath.Join(root, "docs")
+	index := filepath.Join(docs, "README.md")
+	if _, err := os.Stat(index); err != nil {
+		return nil, nil
+	}
+	seen := map[string]bool{index: true}
+	queue := []string{index}
+	for len(queue) > 0 {
+		page := queue[0]
+		queue = queue[1:]
+		data, err := os.ReadFile(page)
+		if err != nil {
+			return nil, err
+		}
+		text, _ := parseMarkdown(data)
+		for _, l := range links(text) {
+			if scheme.MatchString(l.text) || strings.HasPrefix(l.text, "#") {
+				continue
+			}
+			path, _, _ := strings.Cut(l.text, "#")
+			next := filepath.Join(filepath.Dir(page), path)
+			if fi, err := os.Stat(next); err == nil && fi.IsDir() {
+				next = filepath.Join(next, "README.md")
+			}
+			if !strings.HasSuffix(next, ".md") || seen[next] || !strings.HasPrefix(next, docs+string(filepath.Separator)) {
+				continue
+			}
+			if _, err := os.Stat(next); err != nil {
+				continue // Links reports it
+			}
+			seen[next] = true
+			queue = append(queue, next)
+		}
+	}
+	var out []Problem
+	err := walk(docs, []string{".md"}, func(rel string, _ []byte) error {
+		if !seen[filepath.Join(docs, filepath.FromSlash(rel))] {
+			out = append(out, Problem{"docs/" + rel, 1, "no link leads here from docs/README.md: add the page to the index"})
 		}
 		return nil
 	})

@@ -2,6 +2,7 @@ package docscheck
 
 import (
 	"context"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -35,8 +36,10 @@ func TestRepository(t *testing.T) {
 	report("work-item mention", ps, err)
 	ps, err = Links(root)
 	report("broken link", ps, err)
-	ps, err = GoDocRefs(root)
-	report("Go file names a missing docs page", ps, err)
+	ps, err = DocRefs(root)
+	report("a file names a missing docs page", ps, err)
+	ps, err = Unindexed(root)
+	report("page missing from the index", ps, err)
 
 	progs, ps, err := Programs(root)
 	report("program marking", ps, err)
@@ -87,7 +90,8 @@ func TestCatchesPlantedProblems(t *testing.T) {
 	}{
 		{"mentions", got(Mentions(tree)), []string{"README.md:5", "pkg/pkg.go:3"}},
 		{"links", got(Links(tree)), []string{"README.md:7", "README.md:8", "README.md:9"}},
-		{"go doc refs", got(GoDocRefs(tree)), []string{"pkg/pkg.go:2", "pkg/pkg.go:2"}},
+		{"doc refs", got(DocRefs(tree)), []string{"pkg/pkg.go:2", "pkg/pkg.go:2", "pkg/rules.yml:2"}},
+		{"unindexed", got(Unindexed(tree)), []string{path.Join("docs", "orphan.md") + ":1"}},
 	}
 	for _, c := range cases {
 		if !slices.Equal(c.got, c.want) {
