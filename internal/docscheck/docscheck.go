@@ -9,6 +9,8 @@
 //     that does not exist, or an anchor that page does not have;
 //   - a page under docs/ cannot be reached from docs/README.md, the index,
 //     by following links;
+//   - the configuration reference (docs/configuration.md) does not name an
+//     exported field of a public Config struct;
 //   - a Go code block marked as a complete program does not build against
 //     the working tree, or its tests fail.
 //
@@ -32,6 +34,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"net/url"
 	"os"
@@ -531,4 +536,70 @@ func workspace(ctx context.Context, root string) (string, []string, error) {
 		uses = append(uses, filepath.Join(abs, u.DiskPath))
 	}
 	return w.Go, uses, nil
+}
+
+// configTypes are the struct types, besides those named Config or ending in
+// Config, whose fields the configuration reference lists.
+var configTypes = map[string]bool{"Partitions": true, "ExponentialBackoff": true}
+
+// skipConfigDirs are the directories whose Config structs are not a user's:
+// internal packages, benchmarks, samples, commands, CI tools.
+var skipConfigDirs = []string{"internal", "bench", "samples", "cmd", ".ci"}
+
+// ConfigFields returns a problem for every public Config struct of a
+// non-test Go file under root (package.Type) that the page at root/page does
+// not name, and for every exported field of it that the page does not name
+// in backticks (`Field`, or `x.Field` as in `dispatch.Config.Workers`).
+func ConfigFields(root, page string) ([]Problem, error) {
+	doc, err := os.ReadFile(filepath.Join(root, page))
+	if err != nil {
+		return nil, err
+	}
+	text := string(doc)
+	named := func(field string) bool {
+		return strings.Contains(text, "`"+field+"`") || strings.Contains(text, "."+field+"`")
+	}
+	var out []Problem
+	err = walk(root, []string{".go"}, func(rel string, data []byte) error {
+		if strings.HasSuffix(rel, "_test.go") || slices.ContainsFunc(strings.Split(rel, "/"), func(dir string) bool {
+			return slices.Contains(skipConfigDirs, dir)
+		}) {
+			return nil
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, rel, data, parser.SkipObjectResolution)
+		if err != nil {
+			return fmt.Errorf("parse %s: %w", rel, err)
+		}
+		for _, decl := range f.Decls {
+			gd, ok := decl.(*ast.GenDecl)
+			if !ok || gd.Tok != token.TYPE {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				ts := spec.(*ast.TypeSpec)
+				st, ok := ts.Type.(*ast.StructType)
+				name := ts.Name.Name
+				if !ok || !ast.IsExported(name) || !(strings.HasSuffix(name, "Config") || configTypes[name]) {
+					continue
+				}
+				qualified := f.Name.Name + "." + name
+				line := fset.Position(ts.Pos()).Line
+				if !strings.Contains(text, qualified) {
+					out = append(out, Problem{rel, line, fmt.Sprintf("%s is not in %s: add a section for it", qualified, page)})
+					continue
+				}
+				for _, fld := range st.Fields.List {
+					for _, n := range fld.Names {
+						if ast.IsExported(n.Name) && !named(n.Name) {
+							out = append(out, Problem{rel, fset.Position(n.Pos()).Line,
+								fmt.Sprintf("%s.%s is not in %s: add it with its default and when to change it", qualified, n.Name, page)})
+						}
+					}
+				}
+			}
+		}
+		return nil
+	})
+	return out, err
 }

@@ -40,6 +40,8 @@ func TestRepository(t *testing.T) {
 	report("a file names a missing docs page", ps, err)
 	ps, err = Unindexed(root)
 	report("page missing from the index", ps, err)
+	ps, err = ConfigFields(root, "docs/configuration.md")
+	report("configuration reference incomplete", ps, err)
 
 	progs, ps, err := Programs(root)
 	report("program marking", ps, err)
@@ -92,6 +94,7 @@ func TestCatchesPlantedProblems(t *testing.T) {
 		{"links", got(Links(tree)), []string{"README.md:7", "README.md:8", "README.md:9"}},
 		{"doc refs", got(DocRefs(tree)), []string{"pkg/pkg.go:2", "pkg/pkg.go:2", "pkg/rules.yml:2"}},
 		{"unindexed", got(Unindexed(tree)), []string{path.Join("docs", "orphan.md") + ":1"}},
+		{"config fields", got(ConfigFields(tree, path.Join("docs", "page.md"))), []string{"pkg/pkg.go:9", "pkg/pkg.go:14"}},
 	}
 	for _, c := range cases {
 		if !slices.Equal(c.got, c.want) {
