@@ -115,8 +115,8 @@ func stmt(q string) string {
 }
 
 func (s *w5Sampler) samplePostgres(ctx context.Context) error {
-	rows, err := s.db.QueryContext(ctx, `SELECT a.pid, a.state, COALESCE(a.wait_event_type, ''), COALESCE(a.wait_event, ''), a.query,
-		(EXTRACT(EPOCH FROM clock_timestamp() - a.state_change) * 1e6)::bigint, pg_blocking_pids(a.pid)::text
+	rows, err := s.db.QueryContext(ctx, `SELECT a.pid, COALESCE(a.state, ''), COALESCE(a.wait_event_type, ''), COALESCE(a.wait_event, ''), COALESCE(a.query, ''),
+		COALESCE((EXTRACT(EPOCH FROM clock_timestamp() - a.state_change) * 1e6)::bigint, 0), pg_blocking_pids(a.pid)::text
 		FROM pg_stat_activity a WHERE a.application_name = $1 AND a.pid <> pg_backend_pid() AND a.backend_type = 'client backend'`,
 		os.Getenv("PGAPPNAME"))
 	if err != nil {
