@@ -60,6 +60,13 @@ type size struct {
 	orderedEvents int     // events of the ordered crash test, all writers together
 	orderedKeys   int     // keys they are written to
 	orderedRate   float64 // events per second, all writers together
+
+	// TestCrashOrderedKills, each of its runs: events, keys, events per
+	// second (all writers together), lease, and the kills a run must reach.
+	killsEvents, killsKeys int
+	killsRate              float64
+	killsLease             time.Duration
+	killsMinKills          int
 }
 
 var sizes = map[string]size{
@@ -73,6 +80,7 @@ var sizes = map[string]size{
 		leaseEvents:    8,
 		takeovers:      3,
 		orderedEvents:  1800, orderedKeys: 100, orderedRate: 300,
+		killsEvents: 600, killsKeys: 50, killsRate: 200, killsLease: 2 * time.Second, killsMinKills: 1,
 	},
 	"long": {
 		name:        "long",
@@ -85,6 +93,7 @@ var sizes = map[string]size{
 		leaseEvents:    50,
 		takeovers:      10,
 		orderedEvents:  50000, orderedKeys: 1000, orderedRate: 600,
+		killsEvents: 20000, killsKeys: 200, killsRate: 500, killsLease: 5 * time.Second, killsMinKills: 20,
 	},
 }
 
