@@ -128,7 +128,7 @@ func TestMain(m *testing.M) {
 
 var (
 	helpersMu sync.Mutex
-	helpers   = map[string]*helper{} // by package name under internal/
+	helpers   = map[string]*helper{} // by package name under internal/, with "-race" when built with it
 )
 
 // helper is one helper binary, built once per test binary.
@@ -150,11 +150,23 @@ func helperBinary(t *testing.T) string {
 // created, and returns its path.
 func buildHelper(t *testing.T, name string) string {
 	t.Helper()
+	return buildHelperRace(t, name, cfg.crashHelperRace)
+}
+
+// buildHelperRace is buildHelper with -race as race says: a test that
+// times what the helper does builds it without, since the race detector
+// slows it several times over.
+func buildHelperRace(t *testing.T, name string, race bool) string {
+	t.Helper()
+	key := name
+	if race {
+		key += "-race"
+	}
 	helpersMu.Lock()
-	h := helpers[name]
+	h := helpers[key]
 	if h == nil {
 		h = &helper{}
-		helpers[name] = h
+		helpers[key] = h
 	}
 	helpersMu.Unlock()
 	h.once.Do(func() {
@@ -162,9 +174,9 @@ func buildHelper(t *testing.T, name string) string {
 		if err != nil {
 			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
 		}
-		h.path = filepath.Join(helperDir, name)
+		h.path = filepath.Join(helperDir, key)
 		args := []string{"build", "-o", h.path}
-		if cfg.crashHelperRace {
+		if race {
 			args = append(args, "-race")
 		}
 		args = append(args, "./internal/"+name)

@@ -128,7 +128,10 @@ func runOrderedKills(t *testing.T, dialect string, ordered bool) killRun {
 				"-keys", fmt.Sprint(cfg.killsKeys), "-counters", counters.Table())
 		}
 		wrote[slot] = writing
-		p := startProc(t, fmt.Sprintf("worker-%d", len(all)), args...)
+		// Without -race even in the long mode: the run times the DONE
+		// writes, and the race detector would slow the workers' side of
+		// every transaction several times over.
+		p := startBinary(t, buildHelperRace(t, "chaosnode", false), fmt.Sprintf("worker-%d", len(all)), args...)
 		p.owner = strings.TrimPrefix(p.line(t, "ready ", time.Minute), "ready ")
 		all = append(all, p)
 		return p
