@@ -69,6 +69,8 @@ type w5ChildConfig struct {
 	// Profile, when not "", is the prefix of the CPU, block and mutex
 	// profiles the child writes.
 	Profile string `json:"profile,omitempty"`
+	// Trace: time every statement of every transaction (see w5trace.go).
+	Trace bool `json:"trace,omitempty"`
 
 	Workers      int           `json:"workers"`
 	HotQueue     int           `json:"hot_queue"`
@@ -141,11 +143,12 @@ func (w w5Durations) addTo(s *opStats) {
 type w5ChildResult struct {
 	Deliveries            []w5Delivery `json:"deliveries"`
 	Inserts, Claims, Done w5Durations
-	Txs                   int   `json:"txs"`
-	Events                int   `json:"events"`
-	Retries               int   `json:"retries"`
-	Hot                   int64 `json:"hot"`
-	StoreErrors           int64 `json:"store_errors"`
+	Txs                   int         `json:"txs"`
+	Events                int         `json:"events"`
+	Retries               int         `json:"retries"`
+	Hot                   int64       `json:"hot"`
+	StoreErrors           int64       `json:"store_errors"`
+	Trace                 []w5TxTrace `json:"trace,omitempty"`
 }
 
 // w5Outcome is one W5 run.
@@ -376,6 +379,7 @@ func w5Run(ctx context.Context, c *config, tg *target, ordered bool) (w5Outcome,
 		if i == 1 {
 			cc.Txs = c.w5Txs - c.w5Txs/2
 		}
+		cc.Trace = c.w5Trace
 		if c.w5Profile != "" {
 			cc.Profile = fmt.Sprintf("%s-%s-%s-%d", c.w5Profile, tg.name, map[bool]string{true: "ordered", false: "unordered"}[ordered], i)
 		}
@@ -422,6 +426,7 @@ func w5Run(ctx context.Context, c *config, tg *target, ordered bool) (w5Outcome,
 		smp.stop()
 	}
 	var ds []w5Delivery
+	var traced []w5TxTrace
 	for _, ch := range children {
 		res, cpu, err := ch.finish(time.Minute)
 		if err != nil {
@@ -434,11 +439,15 @@ func w5Run(ctx context.Context, c *config, tg *target, ordered bool) (w5Outcome,
 		o.done.add(res.Done)
 		o.hot += res.Hot
 		o.storeErrors += res.StoreErrors
+		traced = append(traced, res.Trace...)
 	}
 	children = nil
 	w5Check(&o, ds)
 	if smp != nil {
 		smp.print()
+	}
+	if c.w5Trace {
+		printW5Trace(traced)
 	}
 	return o, nil
 }

@@ -60,7 +60,17 @@ func runW5Child(js string) error {
 		}
 		tg = tgs[0]
 	}
-	db, err := tg.open(cc.Writers + cc.Workers + 4)
+	conns := cc.Writers + cc.Workers + 4
+	var tr *w5Tracer
+	var db *sql.DB
+	var err error
+	if cc.Trace {
+		tr = &w5Tracer{}
+		dsn := os.Getenv(map[string]string{"postgres": "OUTBOX_POSTGRES_DSN", "mysql": "OUTBOX_MYSQL_DSN"}[tg.name])
+		db, err = openTraced(tg, dsn, conns, tr)
+	} else {
+		db, err = tg.open(conns)
+	}
 	if err != nil {
 		return err
 	}
@@ -173,6 +183,9 @@ func runW5Child(js string) error {
 	mu.Lock()
 	res := w5ChildResult{Deliveries: deliveries, Inserts: w5DurationsOf(&cs.inserts), Claims: w5DurationsOf(&cs.claims),
 		Done: w5DurationsOf(&cs.done), Txs: txs, Events: events, Retries: retries, Hot: m.hot.Load(), StoreErrors: m.storeErrors.Load()}
+	if tr != nil {
+		res.Trace = tr.take()
+	}
 	mu.Unlock()
 	b, err := json.Marshal(res)
 	if err != nil {
