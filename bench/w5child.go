@@ -97,6 +97,9 @@ func runW5Child(js string) error {
 		if err := json.Unmarshal(ev.RawPayload(), &p); err != nil {
 			return fmt.Errorf("W5 payload: %w", err)
 		}
+		if cc.NoCounter {
+			p.N = ev.Seq // the store's numbering (0 unordered)
+		}
 		mu.Lock()
 		fail := failRNG.Float64() < cc.Fail
 		deliveries = append(deliveries, w5Delivery{ID: ev.ID(), Key: p.K, N: p.N, Start: start.UnixNano(),
@@ -154,6 +157,9 @@ func runW5Child(js string) error {
 	for in.Scan() && in.Text() != "go" {
 	}
 	bump := w5Bump(tg, cc.AggTable)
+	if cc.NoCounter {
+		bump = nil
+	}
 	txs, events, retries, werr := w5Writes(ctx, cc, func(ctx context.Context, rng *rand.Rand) (int, int, error) {
 		key := w5Key(rng.IntN(cc.Keys))
 		count := 1
@@ -224,13 +230,17 @@ func w5Bump(tg *target, agg string) func(ctx context.Context, tx core.DBTX, key 
 
 // w5Transaction is one business transaction: it adds count to key's
 // counter, locking the aggregate's row, and writes count events of key
-// numbered by it, through the hot path (the context-carried transaction of
+// numbered by it (with bump nil, it writes the events alone), through the
+// hot path (the context-carried transaction of
 // txm) or, with hot false, through WriteTx on a plain *sql.Tx.
 func w5Transaction(ctx context.Context, db *sql.DB, txm *txctx.Manager, w *core.Writer, bump func(context.Context, core.DBTX, string, int) (int64, error), key string, count int, hot bool) error {
 	write := func(ctx context.Context, tx core.DBTX) ([]core.Envelope, error) {
-		n, err := bump(ctx, tx, key, count)
-		if err != nil {
-			return nil, err
+		var n int64
+		if bump != nil {
+			var err error
+			if n, err = bump(ctx, tx, key, count); err != nil {
+				return nil, err
+			}
 		}
 		envs := make([]core.Envelope, count)
 		for i := range envs {
