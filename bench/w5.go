@@ -153,6 +153,11 @@ type w5ChildResult struct {
 	Hot                   int64       `json:"hot"`
 	StoreErrors           int64       `json:"store_errors"`
 	Trace                 []w5TxTrace `json:"trace,omitempty"`
+	// Per event recorded DONE by this process after its successful
+	// delivery here: from the delivery's end until the DONE call that
+	// recorded it started, and that call's duration (ns).
+	DoneWait  []int64 `json:"done_wait_ns"`
+	DoneWrite []int64 `json:"done_write_ns"`
 }
 
 // w5Outcome is one W5 run.
@@ -166,6 +171,7 @@ type w5Outcome struct {
 	calls, failedCalls   int
 	inserts, claims      w5Durations // of both processes
 	done                 w5Durations
+	doneWait, doneWrite  []int64 // per event: see w5ChildResult
 	cpu, serverCPU       float64 // seconds: both children, and the server (-1 unknown)
 	load                 string
 }
@@ -204,6 +210,8 @@ func runW5(ctx context.Context, c *config, tgs []*target) ([]result, error) {
 			fmt.Printf("      %.0f transactions/s, order violations %s, DONE writes p99 %.1f ms\n",
 				float64(o.txs)/o.seconds, map[bool]string{true: fmt.Sprint(o.violations), false: "not checked"}[o.violations >= 0],
 				ms(percentile(o.done.sorted(), 0.99)))
+			fmt.Printf("      delivery to DONE written, per event (p50 / p99 ms): %s = waiting for its DONE call %s + the call %s\n",
+				p5099(sumNs(o.doneWait, o.doneWrite)), p5099(o.doneWait), p5099(o.doneWrite))
 			k.outcomes = append(k.outcomes, o)
 		}
 	}
@@ -258,6 +266,7 @@ func printW5(c *config, tg *target, kinds []*w5Kind) []result {
 		var hot int64
 		var serverKnown = true
 		unchecked := false
+		var wait, write []int64
 		for _, o := range k.outcomes {
 			txs += o.txs
 			events += o.events
@@ -276,6 +285,7 @@ func printW5(c *config, tg *target, kinds []*w5Kind) []result {
 			}
 			r.ServerCPUSeconds += o.serverCPU
 			r.RoundRates = append(r.RoundRates, float64(o.txs)/o.seconds)
+			wait, write = append(wait, o.doneWait...), append(write, o.doneWrite...)
 			o.inserts.addTo(&stats.inserts)
 			o.claims.addTo(&stats.claims)
 			o.done.addTo(&stats.done)
@@ -288,7 +298,8 @@ func printW5(c *config, tg *target, kinds []*w5Kind) []result {
 		r.HotPct = 100 * float64(hot) / float64(max(events, 1))
 		done := w5DurationsOf(&stats.done).sorted()
 		r.P50Ms, r.P99Ms, r.MaxMs = ms(percentile(done, 0.5)), ms(percentile(done, 0.99)), ms(percentile(done, 1))
-		r.StoreStats = stats.String()
+		r.StoreStats = stats.String() + "; per event, delivery to DONE written (p50 / p99 ms): " + p5099(sumNs(wait, write)) +
+			" = waiting for its DONE call " + p5099(wait) + " + the call " + p5099(write)
 		r.Violations, r.Lost = violations, lost
 		if unchecked {
 			r.Violations = -1
@@ -327,6 +338,20 @@ func printW5(c *config, tg *target, kinds []*w5Kind) []result {
 	}
 	printStats(rs)
 	return rs
+}
+
+// sumNs returns a[i] + b[i].
+func sumNs(a, b []int64) []int64 {
+	out := make([]int64, len(a))
+	for i := range a {
+		out[i] = a[i] + b[i]
+	}
+	return out
+}
+
+// p5099 formats the p50 and p99 of ns, nanoseconds, in milliseconds.
+func p5099(ns []int64) string {
+	return fmt.Sprintf("%.1f / %.1f", ms(percentile(w5Durations{Ns: ns}.sorted(), 0.5)), ms(percentile(w5Durations{Ns: ns}.sorted(), 0.99)))
 }
 
 // units renders rates as "72 70 75", cut to width.
@@ -456,6 +481,8 @@ func w5Run(ctx context.Context, c *config, tg *target, ordered bool) (w5Outcome,
 		o.hot += res.Hot
 		o.storeErrors += res.StoreErrors
 		traced = append(traced, res.Trace...)
+		o.doneWait = append(o.doneWait, res.DoneWait...)
+		o.doneWrite = append(o.doneWrite, res.DoneWrite...)
 	}
 	children = nil
 	w5Check(&o, ds, ordered || !c.w5NoCounter)

@@ -83,7 +83,30 @@ func runW5Child(js string) error {
 	if err != nil {
 		return err
 	}
+	// Per event: when its successful delivery finished, and when the DONE
+	// call that recorded it started and returned.
+	type doneTimes struct{ delivered, start, end time.Time }
+	var (
+		timesMu sync.Mutex
+		times   = map[string]*doneTimes{}
+	)
+	timesOf := func(id string) *doneTimes {
+		t := times[id]
+		if t == nil {
+			t = &doneTimes{}
+			times[id] = t
+		}
+		return t
+	}
 	var cs callStats
+	cs.onDone = func(ids []string, start, end time.Time) {
+		timesMu.Lock()
+		for _, id := range ids {
+			t := timesOf(id)
+			t.start, t.end = start, end
+		}
+		timesMu.Unlock()
+	}
 	st := newTimedStore(raw, &cs, nil)
 
 	var (
@@ -108,6 +131,9 @@ func runW5Child(js string) error {
 		if fail {
 			return errors.New("injected listener failure")
 		}
+		timesMu.Lock()
+		timesOf(ev.ID()).delivered = time.Now()
+		timesMu.Unlock()
 		return nil
 	})
 	reg := core.NewRegistry()
@@ -192,6 +218,15 @@ func runW5Child(js string) error {
 	if tr != nil {
 		res.Trace = tr.take()
 	}
+	timesMu.Lock()
+	for _, t := range times {
+		if t.delivered.IsZero() || t.start.IsZero() || t.start.Before(t.delivered) {
+			continue // delivered by the other process, or recorded by an earlier delivery's DONE
+		}
+		res.DoneWait = append(res.DoneWait, int64(t.start.Sub(t.delivered)))
+		res.DoneWrite = append(res.DoneWrite, int64(t.end.Sub(t.start)))
+	}
+	timesMu.Unlock()
 	mu.Unlock()
 	b, err := json.Marshal(res)
 	if err != nil {
