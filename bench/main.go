@@ -122,6 +122,7 @@ type config struct {
 	w5Profile       string
 	w5Trace         bool
 	w5NoCounter     bool
+	w5Analyze       time.Duration
 }
 
 // poolSize returns the connections of one instance's pool.
@@ -160,6 +161,7 @@ func main() {
 	flag.DurationVar(&c.w5Sample, "w5-sample", 0, "W5: sample the database's sessions of the ordered runs this often (pg_stat_activity and pg_blocking_pids; INNODB_LOCK_WAITS and PROCESSLIST) and print what they did (0: off)")
 	flag.BoolVar(&c.w5Trace, "w5-trace", false, "W5 on PostgreSQL and MySQL: time every statement of every transaction of both processes, and the client's time between them, and print them by kind of transaction")
 	flag.BoolVar(&c.w5NoCounter, "w5-no-counter", false, "W5: the transactions write their events without locking and adding to their aggregate's counter (order is then checked against the store's seq, in the ordered runs only)")
+	flag.DurationVar(&c.w5Analyze, "w5-analyze", 0, "W5: ANALYZE the outbox and key tables this often during a run, as autovacuum would (0: never; a server with autovacuum off then plans on tables without statistics)")
 	flag.StringVar(&c.w5Profile, "w5-profile", "", "W5: each process writes CPU, block and mutex profiles to files named with this prefix")
 	flag.IntVar(&c.soakEvents, "soak-events", 10000000, "soak: events through W1, then as many through W2")
 	flag.DurationVar(&c.soakEvery, "soak-every", time.Minute, "soak: reporting window")

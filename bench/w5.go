@@ -158,6 +158,9 @@ type w5ChildResult struct {
 	// recorded it started, and that call's duration (ns).
 	DoneWait  []int64 `json:"done_wait_ns"`
 	DoneWrite []int64 `json:"done_write_ns"`
+	// Commits holds when the transaction of each event this process wrote
+	// committed (Unix ns).
+	Commits map[string]int64 `json:"commits"`
 }
 
 // w5Outcome is one W5 run.
@@ -172,6 +175,7 @@ type w5Outcome struct {
 	inserts, claims      w5Durations // of both processes
 	done                 w5Durations
 	doneWait, doneWrite  []int64 // per event: see w5ChildResult
+	handover             []int64 // ordered: see w5Handover
 	cpu, serverCPU       float64 // seconds: both children, and the server (-1 unknown)
 	load                 string
 }
@@ -212,6 +216,10 @@ func runW5(ctx context.Context, c *config, tgs []*target) ([]result, error) {
 				ms(percentile(o.done.sorted(), 0.99)))
 			fmt.Printf("      delivery to DONE written, per event (p50 / p99 ms): %s = waiting for its DONE call %s + the call %s\n",
 				p5099(sumNs(o.doneWait, o.doneWrite)), p5099(o.doneWait), p5099(o.doneWrite))
+			if k.ordered {
+				fmt.Printf("      key hand-over, an event's delivery to its committed successor's (p50 / p99 ms, %d pairs): %s\n",
+					len(o.handover), p5099(o.handover))
+			}
 			k.outcomes = append(k.outcomes, o)
 		}
 	}
@@ -266,7 +274,7 @@ func printW5(c *config, tg *target, kinds []*w5Kind) []result {
 		var hot int64
 		var serverKnown = true
 		unchecked := false
-		var wait, write []int64
+		var wait, write, handover []int64
 		for _, o := range k.outcomes {
 			txs += o.txs
 			events += o.events
@@ -286,6 +294,7 @@ func printW5(c *config, tg *target, kinds []*w5Kind) []result {
 			r.ServerCPUSeconds += o.serverCPU
 			r.RoundRates = append(r.RoundRates, float64(o.txs)/o.seconds)
 			wait, write = append(wait, o.doneWait...), append(write, o.doneWrite...)
+			handover = append(handover, o.handover...)
 			o.inserts.addTo(&stats.inserts)
 			o.claims.addTo(&stats.claims)
 			o.done.addTo(&stats.done)
@@ -300,6 +309,10 @@ func printW5(c *config, tg *target, kinds []*w5Kind) []result {
 		r.P50Ms, r.P99Ms, r.MaxMs = ms(percentile(done, 0.5)), ms(percentile(done, 0.99)), ms(percentile(done, 1))
 		r.StoreStats = stats.String() + "; per event, delivery to DONE written (p50 / p99 ms): " + p5099(sumNs(wait, write)) +
 			" = waiting for its DONE call " + p5099(wait) + " + the call " + p5099(write)
+		if k.ordered {
+			r.StoreStats += fmt.Sprintf("; key hand-over, an event's delivery to its committed successor's (p50 / p99 ms, %d pairs): %s",
+				len(handover), p5099(handover))
+		}
 		r.Violations, r.Lost = violations, lost
 		if unchecked {
 			r.Violations = -1
@@ -439,6 +452,10 @@ func w5Run(ctx context.Context, c *config, tg *target, ordered bool) (w5Outcome,
 	if c.w5Sample > 0 && ordered {
 		smp = startW5Sampler(ctx, tg, c.w5Sample)
 	}
+	if c.w5Analyze > 0 && tg.analyze != "" {
+		stop := w5AnalyzeEvery(ctx, tg, admin, c.w5Analyze, t.st.Table(), t.st.Table()+"_key")
+		defer stop()
+	}
 	cpu0 := tg.cpu()
 	start := time.Now()
 	for _, ch := range children {
@@ -468,6 +485,7 @@ func w5Run(ctx context.Context, c *config, tg *target, ordered bool) (w5Outcome,
 	}
 	var ds []w5Delivery
 	var traced []w5TxTrace
+	commits := map[string]int64{}
 	for _, ch := range children {
 		res, cpu, err := ch.finish(time.Minute)
 		if err != nil {
@@ -481,11 +499,17 @@ func w5Run(ctx context.Context, c *config, tg *target, ordered bool) (w5Outcome,
 		o.hot += res.Hot
 		o.storeErrors += res.StoreErrors
 		traced = append(traced, res.Trace...)
+		for id, at := range res.Commits {
+			commits[id] = at
+		}
 		o.doneWait = append(o.doneWait, res.DoneWait...)
 		o.doneWrite = append(o.doneWrite, res.DoneWrite...)
 	}
 	children = nil
 	w5Check(&o, ds, ordered || !c.w5NoCounter)
+	if ordered {
+		o.handover = w5Handover(ds, commits)
+	}
 	if smp != nil {
 		smp.print()
 	}
@@ -493,6 +517,69 @@ func w5Run(ctx context.Context, c *config, tg *target, ordered bool) (w5Outcome,
 		printW5Trace(traced)
 	}
 	return o, nil
+}
+
+// w5Handover returns, for each event of a key whose successor was already
+// committed when its successful delivery finished, the time from that
+// finish until the successor's first delivery started (ns): what ordering
+// adds between two events of a key that were both ready (the DONE write,
+// the promotion of the successor and its hand-off to a worker).
+func w5Handover(ds []w5Delivery, commits map[string]int64) []int64 {
+	type call struct {
+		start, finish int64
+		id            string
+	}
+	first := map[[2]any]call{} // (key, n): its first call
+	done := map[[2]any]call{}  // (key, n): its first successful call
+	for _, d := range ds {
+		k := [2]any{d.Key, d.N}
+		if c, ok := first[k]; !ok || d.Start < c.start {
+			first[k] = call{d.Start, d.Finish, d.ID}
+		}
+		if c, ok := done[k]; d.OK && (!ok || d.Start < c.start) {
+			done[k] = call{d.Start, d.Finish, d.ID}
+		}
+	}
+	var out []int64
+	for k, c := range done {
+		next, ok := first[[2]any{k[0], k[1].(int64) + 1}]
+		if !ok {
+			continue
+		}
+		if at, ok := commits[next.id]; !ok || at > c.finish {
+			continue // the successor was not committed yet
+		}
+		out = append(out, next.start-c.finish)
+	}
+	return out
+}
+
+// w5AnalyzeEvery refreshes the planner statistics of tables every period
+// until the returned function is called, as autovacuum's ANALYZE would on a
+// server that runs it.
+func w5AnalyzeEvery(ctx context.Context, tg *target, db core.DBTX, every time.Duration, tables ...string) func() {
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() { // owned: the returned function waits for exited
+		defer close(exited)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			for _, table := range tables {
+				if _, err := db.ExecContext(ctx, fmt.Sprintf(tg.analyze, table)); err != nil {
+					fmt.Printf("      analyze %s: %v\n", table, err)
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
 }
 
 // w5Check counts the calls, duplicates, lost events and, with order, order

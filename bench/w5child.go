@@ -182,6 +182,10 @@ func runW5Child(js string) error {
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() && in.Text() != "go" {
 	}
+	var (
+		commitsMu sync.Mutex
+		commits   = map[string]int64{} // when each event's transaction committed, Unix ns
+	)
 	bump := w5Bump(tg, cc.AggTable)
 	if cc.NoCounter {
 		bump = nil
@@ -196,8 +200,14 @@ func runW5Child(js string) error {
 		}
 		hot := rng.Float64() < cc.Hot
 		for attempt := 0; ; attempt++ {
-			err := w5Transaction(ctx, db, txm, w, bump, key, count, hot)
+			ids, err := w5Transaction(ctx, db, txm, w, bump, key, count, hot)
 			if err == nil {
+				at := time.Now().UnixNano()
+				commitsMu.Lock()
+				for _, id := range ids {
+					commits[id] = at
+				}
+				commitsMu.Unlock()
 				return count, attempt, nil
 			}
 			if attempt == 10 {
@@ -218,6 +228,9 @@ func runW5Child(js string) error {
 	if tr != nil {
 		res.Trace = tr.take()
 	}
+	commitsMu.Lock()
+	res.Commits = commits
+	commitsMu.Unlock()
 	timesMu.Lock()
 	for _, t := range times {
 		if t.delivered.IsZero() || t.start.IsZero() || t.start.Before(t.delivered) {
@@ -268,8 +281,9 @@ func w5Bump(tg *target, agg string) func(ctx context.Context, tx core.DBTX, key 
 // numbered by it (with bump nil, it writes the events alone), through the
 // hot path (the context-carried transaction of
 // txm) or, with hot false, through WriteTx on a plain *sql.Tx.
-func w5Transaction(ctx context.Context, db *sql.DB, txm *txctx.Manager, w *core.Writer, bump func(context.Context, core.DBTX, string, int) (int64, error), key string, count int, hot bool) error {
+func w5Transaction(ctx context.Context, db *sql.DB, txm *txctx.Manager, w *core.Writer, bump func(context.Context, core.DBTX, string, int) (int64, error), key string, count int, hot bool) (ids []string, err error) {
 	write := func(ctx context.Context, tx core.DBTX) ([]core.Envelope, error) {
+		ids = ids[:0]
 		var n int64
 		if bump != nil {
 			var err error
@@ -286,11 +300,12 @@ func w5Transaction(ctx context.Context, db *sql.DB, txm *txctx.Manager, w *core.
 			if envs[i], err = core.NewEnvelope(core.EnvelopeSpec{Type: orderPlaced, AggregateType: orderAgg, AggregateID: key, JSON: b}); err != nil {
 				return nil, err
 			}
+			ids = append(ids, envs[i].ID())
 		}
 		return envs, nil
 	}
 	if hot {
-		return txm.Do(ctx, func(ctx context.Context) error {
+		return ids, txm.Do(ctx, func(ctx context.Context) error {
 			tx, ok := core.TxFromContext(ctx)
 			if !ok {
 				return core.ErrNoTransaction
@@ -305,7 +320,7 @@ func w5Transaction(ctx context.Context, db *sql.DB, txm *txctx.Manager, w *core.
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	envs, err := write(ctx, tx)
 	if err == nil {
@@ -313,9 +328,9 @@ func w5Transaction(ctx context.Context, db *sql.DB, txm *txctx.Manager, w *core.
 	}
 	if err != nil {
 		_ = tx.Rollback()
-		return err
+		return nil, err
 	}
-	return tx.Commit()
+	return ids, tx.Commit()
 }
 
 // startW5Profiles starts the CPU profile and the block and mutex sampling of
