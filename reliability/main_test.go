@@ -80,7 +80,7 @@ var sizes = map[string]size{
 		leaseEvents:    8,
 		takeovers:      3,
 		orderedEvents:  1800, orderedKeys: 100, orderedRate: 300,
-		killsEvents: 600, killsKeys: 50, killsRate: 200, killsLease: 2 * time.Second, killsMinKills: 1,
+		killsEvents: 300, killsKeys: 30, killsRate: 150, killsLease: 2 * time.Second, killsMinKills: 1,
 	},
 	"long": {
 		name:        "long",

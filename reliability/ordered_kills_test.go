@@ -82,6 +82,10 @@ func TestCrashOrderedKills(t *testing.T) {
 func runOrderedKills(t *testing.T, dialect string, ordered bool) killRun {
 	ctx := context.Background()
 	tg := testdb.Open(t, dialect)
+	// Without -race even in the long mode: the run times the DONE writes,
+	// and the race detector would slow the workers' side of every
+	// transaction several times over. Built before the run's clock starts.
+	bin := buildHelperRace(t, "chaosnode", false)
 	env := testdb.PostgresEnv
 	if dialect == "mysql" {
 		env = testdb.MySQLEnv
@@ -128,10 +132,7 @@ func runOrderedKills(t *testing.T, dialect string, ordered bool) killRun {
 				"-keys", fmt.Sprint(cfg.killsKeys), "-counters", counters.Table())
 		}
 		wrote[slot] = writing
-		// Without -race even in the long mode: the run times the DONE
-		// writes, and the race detector would slow the workers' side of
-		// every transaction several times over.
-		p := startBinary(t, buildHelperRace(t, "chaosnode", false), fmt.Sprintf("worker-%d", len(all)), args...)
+		p := startBinary(t, bin, fmt.Sprintf("worker-%d", len(all)), args...)
 		p.owner = strings.TrimPrefix(p.line(t, "ready ", time.Minute), "ready ")
 		all = append(all, p)
 		return p
@@ -272,7 +273,35 @@ func runOrderedKills(t *testing.T, dialect string, ordered bool) killRun {
 		t.Errorf("%d order violations; first: %s", r.violations, strings.Join(first, "\n"))
 	}
 	if r.unexplained > 0 {
-		t.Errorf("%d duplicate deliveries that no kill explains (a second delivery among live processes)", r.unexplained)
+		killedAt := map[string]time.Time{}
+		for _, k := range kills {
+			killedAt[k.Owner] = k.At
+		}
+		var b strings.Builder
+		for _, u := range cl.Unexplained[:min(len(cl.Unexplained), 10)] {
+			p := counted[u.EventID]
+			fmt.Fprintf(&b, "\n  %s (key %s, #%d):", u.EventID, p.Key, p.N)
+			for _, d := range ds {
+				if d.EventID != u.EventID {
+					continue
+				}
+				fmt.Fprintf(&b, " [%s +%s..+%s", d.Owner, d.Started.Sub(begin).Round(time.Millisecond), d.Finished.Sub(begin).Round(time.Millisecond))
+				if at, ok := killedAt[d.Owner]; ok {
+					fmt.Fprintf(&b, ", killed +%s", at.Sub(begin).Round(time.Millisecond))
+				}
+				b.WriteString("]")
+			}
+		}
+		var logs []string
+		for _, p := range all {
+			for _, l := range strings.Split(p.stderr.String(), "\n") {
+				if l != "" && len(logs) < 10 {
+					logs = append(logs, p.name+": "+l)
+				}
+			}
+		}
+		t.Errorf("%d duplicate deliveries that no kill explains (a second delivery among live processes); their events' deliveries:%s\nworker logs:\n%s",
+			r.unexplained, b.String(), strings.Join(logs, "\n"))
 	}
 	if r.kills < cfg.killsMinKills {
 		t.Errorf("only %d kills, want at least %d", r.kills, cfg.killsMinKills)
