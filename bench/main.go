@@ -29,6 +29,14 @@
 //     commit-to-listener latency, duplicates, the writers' transaction time
 //     and the claims/s of the idle instances afterwards. -no-wake compares
 //     it without NOTIFY/LISTEN.
+//   - W5 ordered keys across two processes: the bench starts itself twice
+//     more as outbox processes that write -w5-tx business transactions
+//     (1 to 3 events of one of -w5-keys aggregates, numbered by the
+//     aggregate's counter row, which the transaction locks) and deliver
+//     them with 10% listener failures; the aggregate type ordered per key,
+//     against the same transactions unordered. It reports transactions/s,
+//     duplicates, lost events, order violations, the DONE writes' durations
+//     and where an event's DONE waits (see w5.go; make bench-ordered).
 //   - Partitions (only with -w part, PostgreSQL): W1 and W2 on a plain
 //     table and on a partitioned one (postgres.Config.Partitions, with
 //     -part-ahead + 1 time partitions of -part-interval), each with its raw

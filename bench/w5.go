@@ -44,9 +44,16 @@ import (
 // and the databases. A run reports transactions/s from the start signal
 // until every event is DONE, duplicates, lost events, order violations (from
 // the listener calls of both processes, by their wall-clock times, against
-// the counter's numbering; the unordered baseline is not expected to have
-// none), and the durations of the DONE writes (MarkDoneOrdered, or
-// MarkDoneBatch unordered).
+// the counter's numbering; the unordered baseline has many, and they are
+// only counted), the durations of the DONE writes (MarkDoneOrdered, or
+// MarkDoneBatch unordered), per event the time from its delivery until its
+// DONE was written (the wait for its DONE call, and the call), and, ordered,
+// the key hand-over: from an event's delivery until its successor's, when
+// the successor was already committed.
+//
+// Diagnosis: -w5-trace times every statement of every transaction
+// (w5trace.go), -w5-sample samples the database's sessions (w5sample.go),
+// -w5-profile writes the processes' pprof profiles.
 
 // w5ChildEnv carries a child's w5ChildConfig, as JSON: its presence makes the
 // command a W5 child.
@@ -177,7 +184,6 @@ type w5Outcome struct {
 	doneWait, doneWrite  []int64 // per event: see w5ChildResult
 	handover             []int64 // ordered: see w5Handover
 	cpu, serverCPU       float64 // seconds: both children, and the server (-1 unknown)
-	load                 string
 }
 
 // w5Kind is one row of the W5 table: a database, ordered or not.
@@ -211,8 +217,9 @@ func runW5(ctx context.Context, c *config, tgs []*target) ([]result, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s W5 %s: %w", k.tg.name, k.name(), err)
 			}
-			fmt.Printf("      %.0f transactions/s, order violations %s, DONE writes p99 %.1f ms\n",
-				float64(o.txs)/o.seconds, map[bool]string{true: fmt.Sprint(o.violations), false: "not checked"}[o.violations >= 0],
+			fmt.Printf("      %.0f transactions/s, %d listener calls (%d failed), order violations %s, DONE writes p99 %.1f ms\n",
+				float64(o.txs)/o.seconds, o.calls, o.failedCalls,
+				map[bool]string{true: fmt.Sprint(o.violations), false: "not checked"}[o.violations >= 0],
 				ms(percentile(o.done.sorted(), 0.99)))
 			fmt.Printf("      delivery to DONE written, per event (p50 / p99 ms): %s = waiting for its DONE call %s + the call %s\n",
 				p5099(sumNs(o.doneWait, o.doneWrite)), p5099(o.doneWait), p5099(o.doneWrite))
@@ -386,7 +393,7 @@ const w5Multi = 0.2
 
 // w5Run is one W5 run on tg.
 func w5Run(ctx context.Context, c *config, tg *target, ordered bool) (w5Outcome, error) {
-	o := w5Outcome{load: procstat.LoadAvg()}
+	var o w5Outcome
 	admin, err := tg.open(2)
 	if err != nil {
 		return o, err
