@@ -39,6 +39,9 @@ type w5Sampler struct {
 	states  map[string]int
 	waits   map[string]int
 	idleAge map[string][]time.Duration
+	// rowLocks: MySQL's Innodb_row_lock_waits and Innodb_row_lock_time
+	// (ms) at the start and at the end of the run (the whole server's).
+	rowLocks [2][2]int64
 }
 
 func startW5Sampler(ctx context.Context, tg *target, every time.Duration) *w5Sampler {
@@ -51,9 +54,15 @@ func startW5Sampler(ctx context.Context, tg *target, every time.Duration) *w5Sam
 		return s
 	}
 	s.db = db
+	if tg.name == "mysql" {
+		s.rowLocks[0] = innodbRowLocks(ctx, db)
+	}
 	go func() { // owned: stop waits for exited
 		defer close(s.exited)
 		defer db.Close()
+		if tg.name == "mysql" {
+			defer func() { s.rowLocks[1] = innodbRowLocks(ctx, db) }()
+		}
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
@@ -219,6 +228,30 @@ func (s *w5Sampler) sampleMySQL(ctx context.Context) error {
 	return rows.Err()
 }
 
+// innodbRowLocks returns the server's Innodb_row_lock_waits and
+// Innodb_row_lock_time (ms), or zeros if they cannot be read.
+func innodbRowLocks(ctx context.Context, db *sql.DB) [2]int64 {
+	var out [2]int64
+	rows, err := db.QueryContext(ctx, "SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_row_lock_waits', 'Innodb_row_lock_time')")
+	if err != nil {
+		return out
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		var v int64
+		if rows.Scan(&k, &v) != nil {
+			continue
+		}
+		if k == "Innodb_row_lock_waits" {
+			out[0] = v
+		} else {
+			out[1] = v
+		}
+	}
+	return out
+}
+
 // print prints the tallies, largest first.
 func (s *w5Sampler) print() {
 	fmt.Printf("      sampled every %s: %d samples (%d failed", s.every, s.samples, s.errs)
@@ -240,6 +273,10 @@ func (s *w5Sampler) print() {
 		for _, x := range all[:min(len(all), 12)] {
 			fmt.Printf("        %6.2f  %s\n", float64(x.n)/float64(max(s.samples, 1)), x.k)
 		}
+	}
+	if w := s.rowLocks[1][0] - s.rowLocks[0][0]; s.tg.name == "mysql" && s.rowLocks[1] != [2]int64{} {
+		fmt.Printf("      InnoDB row lock waits during the run (the whole server, other clients included): %d, %.1f s in all\n",
+			w, float64(s.rowLocks[1][1]-s.rowLocks[0][1])/1000)
 	}
 	top("sessions by state | statement (the last one, when idle in a transaction)", s.states)
 	top("lock waits: waiting statement  <=  blocking session's state | statement", s.waits)
