@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -360,4 +361,42 @@ func startW5Profiles(prefix string) (func(), error) {
 			}
 		}
 	}, nil
+}
+
+// w5Writes runs the child's writers: cc.Writers goroutines commit cc.Txs
+// transactions between them through write, which is given the goroutine's
+// random source, and return the events written and the retries.
+func w5Writes(ctx context.Context, cc w5ChildConfig, write func(ctx context.Context, rng *rand.Rand) (events, retries int, err error)) (txs, events, retries int, err error) {
+	var (
+		mu    sync.Mutex
+		next  int
+		wg    sync.WaitGroup
+		first error
+	)
+	for g := range cc.Writers {
+		rng := rand.New(rand.NewPCG(cc.Seed, uint64(g)))
+		wg.Go(func() {
+			for {
+				mu.Lock()
+				if next >= cc.Txs || first != nil {
+					mu.Unlock()
+					return
+				}
+				next++
+				mu.Unlock()
+				n, r, err := write(ctx, rng)
+				mu.Lock()
+				retries += r
+				if err != nil {
+					first = cmp.Or(first, err)
+				} else {
+					txs++
+					events += n
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return txs, events, retries, first
 }
