@@ -181,7 +181,12 @@ func runW5Child(js string) error {
 	fmt.Println("ready")
 
 	in := bufio.NewScanner(os.Stdin)
-	for in.Scan() && in.Text() != "go" {
+	started := false
+	for !started && in.Scan() {
+		started = in.Text() == "go"
+	}
+	if !started { // the parent went away before the start
+		return errors.Join(p.Close(ctx), d.Close(ctx), errors.New("stdin closed before the start signal"))
 	}
 	var (
 		commitsMu sync.Mutex

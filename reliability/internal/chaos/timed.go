@@ -28,8 +28,8 @@ func TimeDoneWrites(st store.SchemaManager, observe func(DoneWrite)) store.Schem
 		return ts
 	}
 	tb := &timedBatch{timedStore: ts, bm: bm}
-	if os, ok := core.StoreAs[core.OrderedStore](st); ok && len(os.Ordering()) > 0 {
-		return &timedOrdered{timedBatch: tb, OrderedStore: os}
+	if ost, ok := core.StoreAs[core.OrderedStore](st); ok && len(ost.Ordering()) > 0 {
+		return &timedOrdered{timedBatch: tb, OrderedStore: ost}
 	}
 	return tb
 }
