@@ -13,10 +13,7 @@ import (
 
 // Defaults applied by New to zero Config fields.
 const (
-	// DefaultLeaseTimeout is core.DefaultLeaseTimeout (30 seconds), used
-	// when the Handler does not tell its own lease timeout.
-	DefaultLeaseTimeout = core.DefaultLeaseTimeout
-	DefaultBatchSize    = 100
+	DefaultBatchSize = 100
 	// DefaultMaxBatchSize caps the claims of a poller whose BatchSize is not
 	// set, while they grow to follow a backlog: half the dispatcher's default
 	// cold queue, so that the workers deliver one claim while the next one
@@ -102,7 +99,7 @@ type Config struct {
 	// different value here is rejected, since a poller whose lease is
 	// shorter than the one renewals keep would reclaim held events, and a
 	// longer one would delay crash recovery the dispatcher does not expect.
-	// Otherwise the default is DefaultLeaseTimeout, 30 seconds.
+	// Otherwise the default is core.DefaultLeaseTimeout, 30 seconds.
 	LeaseTimeout time.Duration
 	// SkipRecent leaves events created less than this long ago to the hot
 	// path. Default 0: claim everything due.
@@ -205,7 +202,7 @@ func (c Config) withDefaults() (Config, error) {
 	if h, ok := c.Handler.(LeaseTimeoutSource); ok && c.LeaseTimeout == 0 {
 		c.LeaseTimeout = h.LeaseTimeout()
 	}
-	c.LeaseTimeout = cmp.Or(c.LeaseTimeout, DefaultLeaseTimeout)
+	c.LeaseTimeout = cmp.Or(c.LeaseTimeout, core.DefaultLeaseTimeout)
 	switch {
 	case c.MaxBatchSize == 0 && c.BatchSize == 0:
 		c.MaxBatchSize = DefaultMaxBatchSize
