@@ -69,7 +69,8 @@ const (
 // and waits for room for a whole claim (waitForRoom); a short one returns to
 // BatchSize.
 //
-// TestCursor and TestCursorSimulation pin this behaviour down.
+// docs/design/poller.md says why it is built so; TestCursor and
+// TestCursorSimulation pin the behaviour down.
 type schedule struct {
 	min, max int           // BatchSize, MaxBatchSize
 	interval time.Duration // Interval
