@@ -142,6 +142,14 @@ chaos: ## Long fault-injection suite on the local PostgreSQL/MariaDB (CHAOS_RUN 
 	@for t in $(CHAOS_FUZZ); do echo "== $${t#*:}"; \
 		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(CHAOS_FUZZTIME) ./$${t%%:*} || exit 1; done
 
+.PHONY: chaos-ordered
+chaos-ordered: ## The ordered kill run alone (TestCrashOrderedKills, long size): SIGKILLs every ~2 s, 20,000 events over 200 keys, ordered beside unordered, on the local PostgreSQL and MariaDB
+	$(MAKE) --no-print-directory chaos CHAOS_RUN='^TestCrashOrderedKills$$' CHAOS_FUZZ=
+
+.PHONY: bench-ordered
+bench-ordered: ## Benchmark W5 alone: ordered keys across two processes against the same transactions unordered, on PostgreSQL and MariaDB (BENCHFLAGS adds flags, e.g. -w5-sample 20ms)
+	$(MAKE) --no-print-directory bench BENCH_BROKER=0 BENCHFLAGS='-db postgres,mysql -w w5 $(BENCHFLAGS)'
+
 .PHONY: broker-cluster
 broker-cluster: ## 3-node JetStream cluster on loopback ports (nats-server), R3 stream, stream leader killed during a drain (~1 minute)
 	OUTBOX_BROKER_CLUSTER=1 OUTBOX_REQUIRE_DBS=1 $(GO) test -count=1 -v -run '^TestClusterNodeKilledDuringDrain$$' ./broker/jetstream
@@ -151,7 +159,7 @@ bench-wake: ## Benchmark W4, cross-instance wake-up (three processes, events wit
 	$(MAKE) bench BENCHFLAGS='-w w4 $(BENCHFLAGS)'
 
 .PHONY: bench
-bench: ## Benchmarks W1-W3 on SQLite, and on PostgreSQL/MariaDB when their DSNs are set (BENCHFLAGS=-h lists the flags), then bench-broker (BENCH_BROKER=0 skips it)
+bench: ## Benchmarks W1-W3 and W5 (ordered keys, two processes) on SQLite, and on PostgreSQL/MariaDB when their DSNs are set (BENCHFLAGS=-h lists the flags), then bench-broker (BENCH_BROKER=0 skips it)
 	OUTBOX_POSTGRES_DSN=$${OUTBOX_POSTGRES_DSN-postgres://postgres@127.0.0.1:5432/test?sslmode=disable} \
 	OUTBOX_MYSQL_DSN=$${OUTBOX_MYSQL_DSN-root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC} \
 	$(GO) run ./bench $(BENCHFLAGS)
