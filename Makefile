@@ -30,8 +30,8 @@ RUN_SOLO_TESTS = @for m in $(SOLO_MODULES); do echo "(cd $$m && GOWORK=off $(GO)
 
 .PHONY: test
 test: ## Run all tests with -race, about 6 minutes on 2 cores (server tests need the variables of DEVELOPERS.md, else they skip)
-	$(call RUN_SOLO_TESTS,-race -count=1 $(TESTFLAGS))
-	$(call RUN_TESTS,-race -count=1 $(TESTFLAGS) $(PKGS))
+	$(call RUN_SOLO_TESTS,-race -count=1 -timeout 30m $(TESTFLAGS))
+	$(call RUN_TESTS,-race -count=1 -timeout 30m $(TESTFLAGS) $(PKGS))
 
 .PHONY: test-short
 test-short: ## Run the tests without -race
