@@ -30,8 +30,8 @@ RUN_SOLO_TESTS = @for m in $(SOLO_MODULES); do echo "(cd $$m && GOWORK=off $(GO)
 
 .PHONY: test
 test: ## Run all tests with -race, about 6 minutes on 2 cores (server tests need the variables of DEVELOPERS.md, else they skip)
-	$(call RUN_SOLO_TESTS,-race -count=1 $(TESTFLAGS))
-	$(call RUN_TESTS,-race -count=1 $(TESTFLAGS) $(PKGS))
+	$(call RUN_SOLO_TESTS,-race -count=1 -timeout 30m $(TESTFLAGS))
+	$(call RUN_TESTS,-race -count=1 -timeout 30m $(TESTFLAGS) $(PKGS))
 
 .PHONY: test-short
 test-short: ## Run the tests without -race
@@ -89,6 +89,25 @@ vet: ## go vet (every module, and the test runner in .ci, which ./... skips)
 	$(GO) vet $(PKGS)
 	@for m in $(SOLO_MODULES); do echo "(cd $$m && GOWORK=off $(GO) vet ./...)"; (cd $$m && GOWORK=off $(GO) vet ./...) || exit 1; done
 	$(GO) vet .ci/testsummary/main.go
+	$(GO) vet .ci/apilist/main.go
+
+# The public API of every package of every module, one file per package
+# under api/ (.ci/apilist/main.go says what is listed). Committed, so that
+# every change to the public surface shows in review; .ci/run fails when
+# the files differ from the code.
+API_DIR := api
+APILIST  = $(GO) run .ci/apilist/main.go -solo '$(SOLO_MODULES)'
+
+.PHONY: api
+api: ## Write the public API of every package to api/ (commit the change with the code that made it)
+	$(APILIST) $(API_DIR)
+
+.PHONY: api-check
+api-check: ## Fail when api/ differs from the public API of the code (then: make api, review, commit)
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && $(APILIST) "$$d" && \
+	if ! diff -ru -x '.*' $(API_DIR) "$$d"; then \
+		echo "The public API differs from $(API_DIR)/ (lines with - are committed, + are the code's): if the change is intended, run make api and commit $(API_DIR)/."; exit 1; \
+	fi
 
 .PHONY: fmt
 fmt: ## gofmt -w

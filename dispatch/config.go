@@ -170,7 +170,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	if c.Owner == "" {
-		c.Owner = NewOwner()
+		c.Owner = core.NewOwner()
 	}
 	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
 	c.HotQueueSize = cmp.Or(c.HotQueueSize, DefaultHotQueueSize)
@@ -187,7 +187,3 @@ func (c Config) withDefaults() (Config, error) {
 	c.Interceptors = append([]core.Interceptor(nil), c.Interceptors...)
 	return c, nil
 }
-
-// NewOwner returns a lease owner token unique to this process and call; it
-// is core.NewOwner.
-func NewOwner() string { return core.NewOwner() }
