@@ -80,6 +80,10 @@ httpservice: ## Run samples/httpservice on the local PostgreSQL; ARGS='-addr :90
 	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
 	$(GO) build -o "$$d/httpservice" ./samples/httpservice && "$$d/httpservice" $(ARGS)
 
+.PHONY: docs-check
+docs-check: ## Check README.md, docs/ and Go comments: no result dated by work item, every link and anchor resolves, the marked Go programs build and pass their tests
+	$(GO) test -count=1 ./internal/docscheck
+
 .PHONY: vet
 vet: ## go vet (every module, and the test runner in .ci, which ./... skips)
 	$(GO) vet $(PKGS)

@@ -18,7 +18,7 @@ const (
 	// set, while they grow to follow a backlog: half the dispatcher's default
 	// cold queue, so that the workers deliver one claim while the next one
 	// runs (claims of up to 1,000 drained PostgreSQL 10-13% slower, see
-	// docs/BENCHMARKS.md).
+	// docs/benchmarks.md#w2-drain).
 	DefaultMaxBatchSize = 500
 	DefaultInterval     = 5 * time.Second
 	DefaultClaimTimeout = 30 * time.Second
@@ -107,7 +107,7 @@ type Config struct {
 	// BatchSize is how many events a claim asks for when there is no
 	// backlog. A claim costs about the same for 50 rows as for 500 (its
 	// round trips and commit dominate), so larger batches drain a backlog
-	// faster (docs/BENCHMARKS.md); the poller therefore doubles the size of
+	// faster (docs/benchmarks.md#w2-drain); the poller therefore doubles the size of
 	// each claim after one that came back full, up to MaxBatchSize, and
 	// returns to BatchSize after one that came back short. A claim never
 	// asks for more than the handler has room for. Default 100.

@@ -68,7 +68,7 @@
 //     have no NOTIFY, a steady flow of such events is thus delivered within
 //     about BusyInterval, while an idle outbox still costs one claim per
 //     Interval per instance; the first event after a quiet spell waits for
-//     the next poll. docs/BENCHMARKS.md (W4) has the figures.
+//     the next poll. docs/benchmarks.md#w4-cross-instance-wake-up has the figures.
 //
 // Events written through txctx with the dispatcher's hook need neither: they
 // are inserted leased by the writing instance, whose hot path delivers them.

@@ -273,7 +273,7 @@ func (s *schedule) next(now time.Time) plan {
 // nearly as much for 100 rows as for 500, and with a slow listener the queue
 // frees a few slots at a time: claiming whatever room there is would claim
 // a fraction of the size, and so many more times, at a higher cost per
-// event (docs/BENCHMARKS.md, outbox to broker). The queue still holds at
+// event (docs/benchmarks.md#outbox-to-broker). The queue still holds at
 // least half its size meanwhile, so the workers never wait for the claim.
 func (s *schedule) waitForRoom(room int) bool {
 	s.mu.Lock()

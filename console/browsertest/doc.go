@@ -2,7 +2,7 @@
 // Chromium with chromedp, on the real databases: it lists dead events,
 // replays one and sees it delivered and gone from the list, replays the rest
 // after the confirmation page, and takes the screenshots of
-// docs/OPERATIONS.md. It is a module of its own so that users of the
+// docs/operations.md#web-console. It is a module of its own so that users of the
 // console never download chromedp; it has no code besides its tests.
 //
 // Environment:
