@@ -148,13 +148,13 @@ type Dialect struct {
 
 func (d *Dialect) withDefaults() {
 	if d.Pending == "" {
-		d.Pending = "status IN (0, 2)"
+		d.Pending = pendingStatus
 	}
 	if d.Dead == "" {
-		d.Dead = "status = 3"
+		d.Dead = "status = " + stDead
 	}
 	if d.Done == "" {
-		d.Done = "status = 1"
+		d.Done = "status = " + stDone
 	}
 	if d.InSubquery == "" {
 		d.InSubquery = "event_id IN (%s)"

@@ -279,7 +279,7 @@ func (s *Store) MarkDoneOrdered(ctx context.Context, db core.DBTX, owner string,
 					return err
 				}
 				n, p, err = s.finish(ctx, tx, owner, chunk, now,
-					"status = 1, done_at = ?, locked_by = NULL, locked_at = NULL", []any{s.ts(now)},
+					"status = "+stDone+", done_at = ?, locked_by = NULL, locked_at = NULL", []any{s.ts(now)},
 					func(string) bool { return true })
 				return err
 			})
@@ -301,7 +301,7 @@ func (s *Store) MarkDeadOrdered(ctx context.Context, db core.DBTX, owner, id str
 		return inTx(ctx, db, func(tx core.DBTX) error {
 			var err error
 			n, promoted, err = s.finish(ctx, tx, owner, []string{id}, now,
-				"status = 3, attempts = attempts + 1, done_at = ?, last_error = ?, locked_by = NULL, locked_at = NULL",
+				"status = "+stDead+", attempts = attempts + 1, done_at = ?, last_error = ?, locked_by = NULL, locked_at = NULL",
 				[]any{s.ts(now), core.TruncateError(lastErr)},
 				func(aggType string) bool { p, _ := s.ordering.Ordered(aggType); return p == core.DeadContinues })
 			return err
@@ -650,7 +650,7 @@ func (s *Store) moveKeysStmt(runs []seqRun, now time.Time) (string, []any) {
 // through the seq index.
 func (s *Store) promoteStmts(n int) (promote, read string) {
 	next := "(" + strings.TrimSuffix(strings.Repeat("(aggregate_type = ? AND aggregate_id = ? AND seq = ?) OR ", n), " OR ") + ")"
-	promote = "UPDATE " + s.qt + " SET status = 0, locked_by = ?, locked_at = ? WHERE status = 4 AND " + next
+	promote = "UPDATE " + s.qt + " SET status = " + stNew + ", locked_by = ?, locked_at = ? WHERE status = " + stWaiting + " AND " + next
 	if s.d.LimitedWrites {
 		// advanceLimited moves the keys without reading them first: an event
 		// is promoted only if its key now stands right before it. The join
@@ -660,7 +660,7 @@ func (s *Store) promoteStmts(n int) (promote, read string) {
 		nextE := "(" + strings.TrimSuffix(strings.Repeat("(e.aggregate_type = ? AND e.aggregate_id = ? AND e.seq = ?) OR ", n), " OR ") + ")"
 		promote = "UPDATE " + s.qt + " e STRAIGHT_JOIN " + s.table.KeyTable().Quoted(s.d.Quote) + " k " +
 			"ON k.aggregate_type = e.aggregate_type AND k.aggregate_id = e.aggregate_id AND k.done_seq = e.seq - 1 " +
-			"SET e.status = 0, e.locked_by = ?, e.locked_at = ? WHERE e.status = 4 AND " + nextE
+			"SET e.status = " + stNew + ", e.locked_by = ?, e.locked_at = ? WHERE e.status = " + stWaiting + " AND " + nextE
 	}
 	if !s.d.NoReturning {
 		return s.d.rebind(promote + " RETURNING " + columns), ""
@@ -668,7 +668,7 @@ func (s *Store) promoteStmts(n int) (promote, read string) {
 	// The rows it promoted are the keys' next events now leased by owner at
 	// this lease's unique stamp.
 	return s.d.rebind(promote), s.d.rebind("SELECT " + columns + " FROM " + s.qt +
-		" WHERE status = 0 AND locked_by = ? AND locked_at = ? AND " + next)
+		" WHERE status = " + stNew + " AND locked_by = ? AND locked_at = ? AND " + next)
 }
 
 // keyMatch returns "(aggregate_type = ? AND aggregate_id = ?) OR ..." for
@@ -988,7 +988,7 @@ func (s *Store) insertCTEText(nkeys, nenvs int) string {
 	const head = "(k.last_seq IS NULL OR (v.pos = 0 AND k.done_seq = k.last_seq - v.n))"
 	sb.WriteString("), e AS (" + s.insertPrefix[:strings.Index(s.insertPrefix, " VALUES ")] +
 		" SELECT v.event_id, v.event_type, v.aggregate_type, v.aggregate_id, v.tenant_id, v.payload, v.headers, " +
-		"CASE WHEN " + head + " THEN 0 ELSE 4 END, 0, v.available_at, v.created_at, " +
+		"CASE WHEN " + head + " THEN " + stNew + " ELSE " + stWaiting + " END, 0, v.available_at, v.created_at, " +
 		"CASE WHEN " + head + " THEN ?::text END, CASE WHEN " + head + " THEN ?::timestamptz END, k.last_seq - v.n + 1 + v.pos " +
 		"FROM v LEFT JOIN k ON k.aggregate_type = v.aggregate_type AND k.aggregate_id = v.aggregate_id " +
 		"RETURNING event_id, status, seq) SELECT event_id, status, seq FROM e WHERE seq IS NOT NULL")
@@ -1082,7 +1082,7 @@ func (s *Store) finishDoneCTE(ctx context.Context, tx core.DBTX, owner string, i
 // rows, then the owner and time of the promoted events' lease.
 func (s *Store) doneAdvanceStmt() string {
 	kt := s.table.KeyTable().Quoted(s.d.Quote)
-	return s.d.rebind("WITH d AS (UPDATE " + s.qt + " SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL " +
+	return s.d.rebind("WITH d AS (UPDATE " + s.qt + " SET status = " + stDone + ", done_at = ?, locked_by = NULL, locked_at = NULL " +
 		"WHERE locked_by = ? AND " + notTerminal + " AND event_id = ANY (?::text[]) RETURNING aggregate_type, aggregate_id, seq), " +
 		"f AS (SELECT aggregate_type, aggregate_id, seq, seq - row_number() OVER (PARTITION BY aggregate_type, aggregate_id ORDER BY seq) AS run " +
 		"FROM d WHERE seq IS NOT NULL AND aggregate_id IS NOT NULL), " +
@@ -1092,8 +1092,8 @@ func (s *Store) doneAdvanceStmt() string {
 		"u AS (UPDATE " + kt + " k SET done_seq = l.to_seq, updated_at = ? FROM l " +
 		"WHERE k.aggregate_type = l.aggregate_type AND k.aggregate_id = l.aggregate_id AND k.done_seq = l.from_seq " +
 		"RETURNING k.aggregate_type, k.aggregate_id, k.done_seq, k.last_seq), " +
-		"p AS (UPDATE " + s.qt + " e SET status = 0, locked_by = ?, locked_at = ? FROM u " +
-		"WHERE e.aggregate_type = u.aggregate_type AND e.aggregate_id = u.aggregate_id AND e.seq = u.done_seq + 1 AND e.status = 4 " +
+		"p AS (UPDATE " + s.qt + " e SET status = " + stNew + ", locked_by = ?, locked_at = ? FROM u " +
+		"WHERE e.aggregate_type = u.aggregate_type AND e.aggregate_id = u.aggregate_id AND e.seq = u.done_seq + 1 AND e.status = " + stWaiting + " " +
 		"RETURNING e.event_id, e.aggregate_type, e.aggregate_id) " +
 		"SELECT (SELECT count(*) FROM d), u.aggregate_type, u.aggregate_id, u.done_seq, u.last_seq, NULL " +
 		"FROM (VALUES (1)) AS one LEFT JOIN u ON true " +

@@ -19,8 +19,8 @@ func (s *Store) Stats(ctx context.Context, db core.DBTX) (core.Stats, error) {
 		dst   *int64
 		where string
 	}{
-		{&st.New, s.d.Pending + " AND status = 0"},
-		{&st.Retry, s.d.Pending + " AND status = 2"},
+		{&st.New, s.d.Pending + " AND status = " + stNew},
+		{&st.Retry, s.d.Pending + " AND status = " + stRetry},
 		{&st.Leased, s.d.Pending + " AND locked_by IS NOT NULL"},
 		{&st.Dead, s.d.Dead},
 		{&st.Done, s.d.Done},
