@@ -167,7 +167,7 @@ func dialect(claim ClaimStrategy) (sqlstore.Dialect, error) {
 		LimitedWrites:     true,
 		MaxParams:         65535,
 		UpgradeOrdering:   upgradeOrdering,
-		NoReturning:       true,
+		Keys:              sqlstore.KeysLimited,
 		LockingRead:       "FOR UPDATE",
 		IsAlreadyExists:   isAlreadyExists,
 		IsUniqueViolation: isUniqueViolation,

@@ -37,22 +37,56 @@ func (s *Store) Claim(ctx context.Context, db core.DBTX, p core.ClaimParams) (ev
 	stmts, candidateArgs := s.claimStatements(p, now)
 	err = s.retry(ctx, db, func() error {
 		var err error
-		switch s.d.Claim {
-		case ClaimReturning:
-			events, bad, err = s.claimReturning(ctx, db, stmts.ret, p.Owner, now, candidateArgs, p.Limit)
-		case ClaimUpdateThenSelect:
-			events, bad, err = s.claimUpdateThenSelect(ctx, db, stmts.upd, p.Owner, now, candidateArgs, p.Limit)
-		case ClaimSelectForUpdate:
-			events, bad, err = s.claimSelectForUpdate(ctx, db, stmts.sel, p.Owner, now, candidateArgs, p.Limit)
-		default:
-			err = fmt.Errorf("unknown claim strategy %v", s.d.Claim)
-		}
+		events, bad, err = s.claimRows(ctx, db, stmts, p.Owner, now, candidateArgs, p.Limit)
 		return err
 	})
 	if err != nil {
 		return nil, nil, s.wrap("claim events", err)
 	}
 	return events, bad, nil
+}
+
+// claimFunc is one claim strategy: it leases up to limit rows for owner at
+// now with its statement of stmts, whose candidate arguments are cand, and
+// returns them in delivery order.
+type claimFunc func(ctx context.Context, db core.DBTX, stmts claimStmts, owner string, now time.Time, cand []any, limit int) ([]core.Event, []core.RowError, error)
+
+// claimStmts prepares the claim statements and picks the strategy of
+// s.d.Claim.
+func (s *Store) claimStmts() {
+	d := s.d
+	pendingRows := d.Pending + " AND available_at <= ? AND created_at <= ? AND (locked_by IS NULL OR locked_at < ?)"
+	order := " ORDER BY created_at, event_id"
+	hint := ""
+	if d.ClaimIndexHint != "" {
+		hint = " " + RenderDDL(d.ClaimIndexHint, s.table, d.Quote)
+	}
+	lock := ""
+	if d.ClaimLock != "" {
+		lock = " " + d.ClaimLock
+	}
+	for i, where := range []string{pendingRows, d.Pending + " AND created_at >= ?" + strings.TrimPrefix(pendingRows, d.Pending)} {
+		candidates := "FROM " + s.qt + hint + " WHERE " + where + order + " LIMIT ?" + lock
+		s.claims[i] = claimStmts{
+			sel: d.rebind("SELECT " + columns + " " + candidates),
+			ret: d.rebind("UPDATE " + s.qt + " SET locked_by = ?, locked_at = ? WHERE " +
+				d.idsIn("SELECT event_id "+candidates) + " RETURNING " + columns),
+			upd: d.rebind("UPDATE " + s.qt + hint + " SET locked_by = ?, locked_at = ? WHERE " + where + order + " LIMIT ?"),
+		}
+	}
+	// Sorted in Go: the database would sort them too, as they are found by
+	// lease, not in delivery order.
+	s.claimReadBack = d.rebind("SELECT " + columns + " FROM " + s.qt + " WHERE locked_by = ? AND locked_at = ?")
+	switch d.Claim {
+	case ClaimReturning:
+		s.claimRows = s.claimReturning
+	case ClaimUpdateThenSelect:
+		s.claimRows = s.claimUpdateThenSelect
+	case ClaimSelectForUpdate:
+		s.claimRows = s.claimSelectForUpdate
+	default:
+		panic(fmt.Sprintf("sqlstore: dialect %s: unknown claim strategy %v", d.Name, d.Claim))
+	}
 }
 
 // claimStmts are the statements of one claim shape; which of them a store
@@ -74,8 +108,8 @@ func (s *Store) claimStatements(p core.ClaimParams, now time.Time) (claimStmts, 
 	return s.claims[1], append([]any{s.ts(p.From)}, args...)
 }
 
-func (s *Store) claimReturning(ctx context.Context, db core.DBTX, stmt, owner string, now time.Time, cand []any, limit int) ([]core.Event, []core.RowError, error) {
-	rows, err := db.QueryContext(ctx, stmt, append([]any{owner, s.ts(now)}, cand...)...)
+func (s *Store) claimReturning(ctx context.Context, db core.DBTX, stmts claimStmts, owner string, now time.Time, cand []any, limit int) ([]core.Event, []core.RowError, error) {
+	rows, err := db.QueryContext(ctx, stmts.ret, append([]any{owner, s.ts(now)}, cand...)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -88,9 +122,9 @@ func (s *Store) claimReturning(ctx context.Context, db core.DBTX, stmt, owner st
 	return events, bad, nil
 }
 
-func (s *Store) claimUpdateThenSelect(ctx context.Context, db core.DBTX, stmt, owner string, now time.Time, cand []any, limit int) ([]core.Event, []core.RowError, error) {
+func (s *Store) claimUpdateThenSelect(ctx context.Context, db core.DBTX, stmts claimStmts, owner string, now time.Time, cand []any, limit int) ([]core.Event, []core.RowError, error) {
 	lease := s.ts(s.leases.next(now))
-	res, err := db.ExecContext(ctx, stmt, append([]any{owner, lease}, cand...)...)
+	res, err := db.ExecContext(ctx, stmts.upd, append([]any{owner, lease}, cand...)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -133,9 +167,9 @@ func (c *leaseClock) next(t time.Time) time.Time {
 	return t
 }
 
-func (s *Store) claimSelectForUpdate(ctx context.Context, db core.DBTX, stmt, owner string, now time.Time, cand []any, limit int) (events []core.Event, bad []core.RowError, err error) {
+func (s *Store) claimSelectForUpdate(ctx context.Context, db core.DBTX, stmts claimStmts, owner string, now time.Time, cand []any, limit int) (events []core.Event, bad []core.RowError, err error) {
 	err = inTx(ctx, db, func(tx core.DBTX) error {
-		rows, err := tx.QueryContext(ctx, stmt, cand...)
+		rows, err := tx.QueryContext(ctx, stmts.sel, cand...)
 		if err != nil {
 			return err
 		}

@@ -68,9 +68,6 @@ type Dialect struct {
 	// IsAlreadyExists reports a "duplicate column" or "duplicate index"
 	// error. Default: never.
 	IsAlreadyExists func(error) bool
-	// NoReturning: the database has no RETURNING (MySQL); the ordered
-	// statements read back what they changed with a second statement.
-	NoReturning bool
 	// LockingRead is appended to a SELECT that must read the latest
 	// committed row and lock it ("FOR UPDATE"); "" where the database
 	// locks the whole database for a write transaction (SQLite).
@@ -85,11 +82,8 @@ type Dialect struct {
 	// savepoint: after such an error it gives back the sequence numbers it
 	// took (see giveBack). Nil: a savepoint, unless ErrorAbortsTx.
 	KeepsTx func(error) bool
-	// WritableCTE: a WITH clause may hold INSERT ... RETURNING
-	// (PostgreSQL), so that an ordered write takes its keys' sequence
-	// numbers and inserts its events in one statement (see
-	// insertOrderedCTE).
-	WritableCTE bool
+	// Keys is the shape of the key statements of ordered delivery.
+	Keys KeyStrategy
 	// Quote quotes one identifier. Required.
 	Quote func(ident string) string
 	// Pending is the condition that selects rows waiting for delivery, written

@@ -24,13 +24,13 @@ func (s *Store) Insert(ctx context.Context, db core.DBTX, envs []core.Envelope, 
 // Every envelope is validated before anything is written. Ordered envelopes
 // (see core.Ordering) first take their sequence numbers from their keys'
 // counter rows, one upsert per key in key order, which locks each key's row
-// until the transaction ends (see ordered.go); under WritableCTE, a write
-// that fits in one statement does both in that one (insertOrderedCTE).
+// until the transaction ends (see order.go); under KeysWritableCTE, a write
+// that fits in one statement does both in that one (keyStrategy.insertAll).
 //
 // An ordered write is all-or-nothing, so that a failure in a later
 // statement (a duplicate id, say) leaves none of the batch behind, no
 // sequence number taken without its event, and the caller's transaction
-// usable: in one statement (WritableCTE); in a transaction of its own when
+// usable: in one statement (KeysWritableCTE); in a transaction of its own when
 // db is a pool; in the caller's transaction when a failed statement aborts
 // it (ErrorAbortsTx), or when the dialect can tell the errors after which
 // it stays open (KeepsTx) and the write gives its sequence numbers back
@@ -49,8 +49,10 @@ func (s *Store) InsertOrdered(ctx context.Context, db core.DBTX, envs []core.Env
 		return core.InsertResult{}, err
 	}
 	fits := len(envs) <= s.maxInsertRows() && bytes <= maxInsertBytes
-	if fits && len(keys) > 0 && s.d.WritableCTE && 4*len(keys)+11*len(envs)+2 <= s.d.MaxParams {
-		return s.insertOrderedCTE(ctx, db, envs, keys, opts)
+	if fits && len(keys) > 0 {
+		if res, ok, err := s.keys.insertAll(ctx, db, envs, keys, opts); ok || err != nil {
+			return res, err
+		}
 	}
 	var res core.InsertResult
 	var taken []seqRange

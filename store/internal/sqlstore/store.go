@@ -30,32 +30,25 @@ type Store struct {
 	// arguments).
 	claims        [2]claimStmts
 	claimReadBack string
+	claimRows     claimFunc  // the strategy of Dialect.Claim (claim.go)
+	leases        leaseClock // ClaimUpdateThenSelect
 
-	leases leaseClock // ClaimUpdateThenSelect
-
-	// Ordered delivery (ordered.go).
+	// Ordered delivery (order.go).
 	ordering    core.Ordering // nil: nothing ordered
-	keyUpsert   string
-	keyGiveBack string // KeepsTx: see giveBack
-	keyAdvance  string
-	doneAdvance string // WritableCTE: see finishDoneCTE
-	readByIDs   string // WritableCTE: the rows of an array of ids
-	insertCTE1  string // WritableCTE: insertCTEText(1, 1), the common write
-	promoteFree string
+	keys        keyStrategy   // the strategy of Dialect.Keys
+	keyGiveBack string        // KeepsTx: see giveBack
+	keyAdvance  string        // SkipDead
+	promoteFree string        // SkipDead
 
 	locks *namedLockStmts // nil without NamedLock
 }
 
-// New returns a Store for table in dialect d.
+// New returns a Store for table in dialect d, with the claim and key
+// strategies d names; it panics on a strategy it does not know (dialects
+// are this module's own).
 func New(d Dialect, table TableName) *Store {
 	d.withDefaults()
 	s := &Store{d: d, table: table, qt: table.Quoted(d.Quote), locks: d.namedLockStmts()}
-	pendingRows := d.Pending + " AND available_at <= ? AND created_at <= ? AND (locked_by IS NULL OR locked_at < ?)"
-	order := " ORDER BY created_at, event_id"
-	hint := ""
-	if d.ClaimIndexHint != "" {
-		hint = " " + RenderDDL(d.ClaimIndexHint, table, d.Quote)
-	}
 	s.insertPrefix = "INSERT INTO " + s.qt + " (event_id, event_type, aggregate_type, aggregate_id, tenant_id, " +
 		"payload, headers, status, attempts, available_at, created_at, locked_by, locked_at, seq) VALUES "
 	for shape := range s.insertOne {
@@ -68,25 +61,8 @@ func New(d Dialect, table TableName) *Store {
 	s.markDead = d.rebind("UPDATE " + s.qt + " SET status = " + stDead + ", attempts = attempts + 1, done_at = ?, " +
 		"last_error = ?, locked_by = NULL, locked_at = NULL" + fence)
 	s.get = d.rebind("SELECT " + columns + " FROM " + s.qt + " WHERE event_id = ?")
-	lock := ""
-	if d.ClaimLock != "" {
-		lock = " " + d.ClaimLock
-	}
-	for i, where := range []string{pendingRows, d.Pending + " AND created_at >= ?" + strings.TrimPrefix(pendingRows, d.Pending)} {
-		candidates := "FROM " + s.qt + hint + " WHERE " + where + order + " LIMIT ?" + lock
-		s.claims[i] = claimStmts{
-			sel: d.rebind("SELECT " + columns + " " + candidates),
-			ret: d.rebind("UPDATE " + s.qt + " SET locked_by = ?, locked_at = ? WHERE " +
-				d.idsIn("SELECT event_id "+candidates) + " RETURNING " + columns),
-			upd: d.rebind("UPDATE " + s.qt + hint + " SET locked_by = ?, locked_at = ? WHERE " + where + order + " LIMIT ?"),
-		}
-	}
-	// Sorted in Go: the database would sort them too, as they are found by
-	// lease, not in delivery order.
-	s.claimReadBack = d.rebind("SELECT " + columns + " FROM " + s.qt + " WHERE locked_by = ? AND locked_at = ?")
+	s.claimStmts()
 	s.orderedStmts()
-	s.promoteFree = d.rebind("UPDATE " + s.qt + " SET status = " + stNew + ", locked_by = NULL, locked_at = NULL " +
-		"WHERE aggregate_type = ? AND aggregate_id = ? AND seq = ? AND status = " + stWaiting)
 	return s
 }
 
