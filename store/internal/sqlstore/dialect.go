@@ -82,16 +82,17 @@ type Dialect struct {
 	// savepoint: after such an error it gives back the sequence numbers it
 	// took (see giveBack). Nil: a savepoint, unless ErrorAbortsTx.
 	KeepsTx func(error) bool
-	// Keys is the shape of the key statements of ordered delivery.
+	// Keys is the shape of the key statements of ordered delivery (see
+	// KeyStrategy). Default KeysReturning.
 	Keys KeyStrategy
 	// Quote quotes one identifier. Required.
 	Quote func(ident string) string
 	// Pending is the condition that selects rows waiting for delivery, written
-	// so the claim index applies. Default "status IN (0, 2)".
+	// so the claim index applies. Default: status NEW or RETRY.
 	Pending string
-	// Dead is the condition that selects DEAD rows. Default "status = 3".
+	// Dead is the condition that selects DEAD rows. Default: status DEAD.
 	Dead string
-	// Done is the condition that selects DONE rows. Default "status = 1".
+	// Done is the condition that selects DONE rows. Default: status DONE.
 	Done string
 	// Claim is the claim shape.
 	Claim ClaimStrategy

@@ -68,11 +68,11 @@ func (k *limitedKeys) markDone(ctx context.Context, tx core.DBTX, owner string, 
 
 // advance implements keyStrategy in two statements per keyChunk keys
 // instead of three (the read-back aside), without reading the key rows
-// first. Each run of fs (finished seqs
-// of one key that follow each other without a gap) moves its key from the
-// seq before it to its last one, if the key's done_seq is the seq before
-// it: key UPDATEs of keyChunk runs each, in key order, which so lock the
-// rows they move in key order, waiting for their writers. The promotions,
+// first. Each run of fs (finished seqs of one key that follow each other
+// without a gap) moves its key from the seq before it to its last one, if
+// the key's done_seq is the seq before it: key UPDATEs of keyChunk runs
+// each, in key order, which so lock the rows they move in key order,
+// waiting for their writers. The promotions,
 // later statements, then promote the event after each run only where its
 // key now stands right before it (a join on the key row), so that a key
 // that did not move promotes nothing. A chunk's promotion runs only when
@@ -131,29 +131,30 @@ func (k *limitedKeys) moveKeys(ctx context.Context, tx core.DBTX, runs []seqRun,
 }
 
 // moveKeysStmt returns the key UPDATE of moveKeys and its arguments.
+//
+// Each key's WHEN moves it and reports, as the statement's insert id
+// (LAST_INSERT_ID(expr), which returns expr), its new done_seq when its
+// last_seq lies beyond: when no moved key has an event after its new
+// done_seq, the insert id stays 0 and no event waits to be promoted. The
+// statement assigns one column from values as they were before it, so that
+// what it reports does not depend on the order in which the server makes
+// assignments (MariaDB's sql_mode SIMULTANEOUS_ASSIGNMENT changes it).
 func (k *limitedKeys) moveKeysStmt(runs []seqRun, now time.Time) (string, []any) {
 	s := k.s
 	var set, where strings.Builder
-	uargs := make([]any, 0, 7*len(runs)+1)
+	uargs := make([]any, 0, 6*len(runs)+1)
 	wargs := make([]any, 0, 3*len(runs))
 	set.WriteString("UPDATE " + s.table.KeyTable().Quoted(s.d.Quote) + " SET done_seq = CASE")
 	for i, r := range runs {
-		set.WriteString(" WHEN aggregate_type = ? AND aggregate_id = ? AND done_seq = ? THEN ?")
-		uargs = append(uargs, r.key.aggType, r.key.aggID, r.from, r.to)
+		set.WriteString(" WHEN aggregate_type = ? AND aggregate_id = ? AND done_seq = ? THEN IF(last_seq > ?, LAST_INSERT_ID(?), ?)")
+		uargs = append(uargs, r.key.aggType, r.key.aggID, r.from, r.to, r.to, r.to)
 		if i > 0 {
 			where.WriteString(" OR ")
 		}
 		where.WriteString("(aggregate_type = ? AND aggregate_id = ? AND done_seq = ?)")
 		wargs = append(wargs, r.key.aggType, r.key.aggID, r.from)
 	}
-	// The last assignment changes nothing; it reports, as the statement's
-	// insert id, the last_seq of a moved key that has events after its new
-	// done_seq (assignments are made left to right, so done_seq is the new
-	// one here), and 0 when none has: then no event waits to be promoted.
-	// (Under sql_mode SIMULTANEOUS_ASSIGNMENT it compares the old done_seq
-	// and so reports every moved key: the promotion then runs, finding
-	// nothing more than it would otherwise.)
-	set.WriteString(" ELSE done_seq END, updated_at = ?, last_seq = IF(last_seq > done_seq, LAST_INSERT_ID(last_seq), last_seq) WHERE ")
+	set.WriteString(" ELSE done_seq END, updated_at = ? WHERE ")
 	uargs = append(uargs, s.ts(now))
 	return s.d.rebind(set.String() + where.String() + " ORDER BY aggregate_type, aggregate_id"), append(uargs, wargs...)
 }
