@@ -406,13 +406,14 @@ func (p *partitioner) createTimed(ctx context.Context, tx core.DBTX, from, to ti
 // busySQL is the check that a partition holds a row the row-by-row purge
 // would keep: each EXISTS walks one partial index of the partition.
 func busySQL(part string, keepDead bool) string {
-	dead := "SELECT 1 FROM " + part + " WHERE status = 3 AND (done_at IS NULL OR done_at >= $2)"
+	status := func(sts ...core.Status) string { return sqlstore.StatusSQL(sts...) }
+	dead := "SELECT 1 FROM " + part + " WHERE status = " + status(core.StatusDead) + " AND (done_at IS NULL OR done_at >= $2)"
 	if keepDead {
-		dead = "SELECT 1 FROM " + part + " WHERE status = 3 AND $2::timestamptz IS NULL"
+		dead = "SELECT 1 FROM " + part + " WHERE status = " + status(core.StatusDead) + " AND $2::timestamptz IS NULL"
 	}
-	return "SELECT EXISTS (SELECT 1 FROM " + part + " WHERE status IN (0, 2))" +
-		" OR EXISTS (SELECT 1 FROM " + part + " WHERE status = 4)" +
-		" OR EXISTS (SELECT 1 FROM " + part + " WHERE status = 1 AND done_at >= $1)" +
+	return "SELECT EXISTS (SELECT 1 FROM " + part + " WHERE status IN (" + status(core.StatusNew, core.StatusRetry) + "))" +
+		" OR EXISTS (SELECT 1 FROM " + part + " WHERE status = " + status(core.StatusWaiting) + ")" +
+		" OR EXISTS (SELECT 1 FROM " + part + " WHERE status = " + status(core.StatusDone) + " AND done_at >= $1)" +
 		" OR EXISTS (" + dead + ")"
 }
 

@@ -125,7 +125,7 @@ func dialect() sqlstore.Dialect {
 		MaxParams:         65535,
 		UpgradeOrdering:   upgradeOrdering,
 		ErrorAbortsTx:     true,
-		WritableCTE:       true,
+		Keys:              sqlstore.KeysWritableCTE,
 		LockingRead:       "FOR UPDATE",
 		IsUniqueViolation: isUniqueViolation,
 		IsRetryable:       isRetryable,

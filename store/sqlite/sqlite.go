@@ -82,6 +82,7 @@ func dialect() sqlstore.Dialect {
 		MaxParams:         32766,
 		PadIDLists:        true,
 		UpgradeOrdering:   upgradeOrdering,
+		Keys:              sqlstore.KeysReturning,
 		IsAlreadyExists:   isDuplicateColumn,
 		IsUniqueViolation: isUniqueViolation,
 		IsRetryable:       isBusy,
