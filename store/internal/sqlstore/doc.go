@@ -31,6 +31,10 @@
 // DEAD head). Every status value in a statement comes from core's
 // constants through StatusSQL.
 //
+// docs/design/ordered.md gives the ordered write and DONE protocol per
+// dialect, its invariant and the tests that guard it; docs/design/leases.md
+// the fencing every write-back keeps.
+//
 // # Stores
 //
 // The public stores (store/postgres, store/mysql, store/sqlite) hold a
