@@ -21,8 +21,8 @@ help: ## List the targets
 # testsummary runs go test and ends with one line saying which groups of
 # tests (databases, brokers, browser tests, promtool tests, ...) ran and
 # which skipped and why (a package whose tests all skipped still prints ok).
-# Its own tests run first. It is built, not run with go run, so that a failed test
-# run is not followed by go run's own "exit status" line.
+# Its own tests run first. It is built, not run with go run, so that a
+# failed test run is not followed by go run's own "exit status" line.
 RUN_TESTS = @d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
 	$(GO) test -count=1 ./.ci/testsummary && \
 	$(GO) build -o "$$d/testsummary" .ci/testsummary/main.go && \
@@ -33,8 +33,8 @@ RUN_SOLO_TESTS = @for m in $(SOLO_MODULES); do echo "(cd $$m && GOWORK=off $(GO)
 
 .PHONY: test
 test: ## Run all tests with -race, about 6 minutes on 2 cores (server tests need the variables of DEVELOPERS.md, else they skip)
-	$(call RUN_SOLO_TESTS,-race -count=1 $(TESTFLAGS))
-	$(call RUN_TESTS,-race -count=1 $(TESTFLAGS) $(PKGS))
+	$(call RUN_SOLO_TESTS,-race -count=1 -timeout 30m $(TESTFLAGS))
+	$(call RUN_TESTS,-race -count=1 -timeout 30m $(TESTFLAGS) $(PKGS))
 
 .PHONY: test-short
 test-short: ## Run the tests without -race
@@ -83,11 +83,34 @@ httpservice: ## Run samples/httpservice on the local PostgreSQL; ARGS='-addr :90
 	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
 	$(GO) build -o "$$d/httpservice" ./samples/httpservice && "$$d/httpservice" $(ARGS)
 
+.PHONY: docs-check
+docs-check: ## Check README.md, docs/ and Go comments: no result dated by work item, every link and anchor resolves, the marked Go programs build and pass their tests
+	$(GO) test -count=1 ./internal/docscheck
+
 .PHONY: vet
 vet: ## go vet (every module, and the test runner in .ci, which ./... skips)
 	$(GO) vet $(PKGS)
 	@for m in $(SOLO_MODULES); do echo "(cd $$m && GOWORK=off $(GO) vet ./...)"; (cd $$m && GOWORK=off $(GO) vet ./...) || exit 1; done
 	$(GO) vet ./.ci/testsummary
+	$(GO) vet .ci/apilist/main.go
+
+# The public API of every package of every module, one file per package
+# under api/ (.ci/apilist/main.go says what is listed). Committed, so that
+# every change to the public surface shows in review; .ci/run fails when
+# the files differ from the code.
+API_DIR := api
+APILIST  = $(GO) run .ci/apilist/main.go -solo '$(SOLO_MODULES)'
+
+.PHONY: api
+api: ## Write the public API of every package to api/ (commit the change with the code that made it)
+	$(APILIST) $(API_DIR)
+
+.PHONY: api-check
+api-check: ## Fail when api/ differs from the public API of the code (then: make api, review, commit)
+	@d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && $(APILIST) "$$d" && \
+	if ! diff -ru -x '.*' $(API_DIR) "$$d"; then \
+		echo "The public API differs from $(API_DIR)/ (lines with - are committed, + are the code's): if the change is intended, run make api and commit $(API_DIR)/."; exit 1; \
+	fi
 
 .PHONY: fmt
 fmt: ## gofmt -w
@@ -126,6 +149,14 @@ chaos: ## Long fault-injection suite on the local PostgreSQL/MariaDB (CHAOS_RUN 
 	@for t in $(CHAOS_FUZZ); do echo "== $${t#*:}"; \
 		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(CHAOS_FUZZTIME) ./$${t%%:*} || exit 1; done
 
+.PHONY: chaos-ordered
+chaos-ordered: ## The ordered kill run alone (TestCrashOrderedKills, long size): SIGKILLs every ~2 s, 20,000 events over 200 keys, ordered beside unordered, on the local PostgreSQL and MariaDB
+	$(MAKE) --no-print-directory chaos CHAOS_RUN='^TestCrashOrderedKills$$' CHAOS_FUZZ=
+
+.PHONY: bench-ordered
+bench-ordered: ## Benchmark W5 alone: ordered keys across two processes against the same transactions unordered, on PostgreSQL and MariaDB (BENCHFLAGS adds flags, e.g. -w5-sample 20ms)
+	$(MAKE) --no-print-directory bench BENCH_BROKER=0 BENCHFLAGS='-db postgres,mysql -w w5 $(BENCHFLAGS)'
+
 .PHONY: broker-cluster
 broker-cluster: ## 3-node JetStream cluster on loopback ports (nats-server), R3 stream, stream leader killed during a drain (~1 minute)
 	OUTBOX_BROKER_CLUSTER=1 OUTBOX_REQUIRE_DBS=1 $(GO) test -count=1 -v -run '^TestClusterNodeKilledDuringDrain$$' ./broker/jetstream
@@ -135,7 +166,7 @@ bench-wake: ## Benchmark W4, cross-instance wake-up (three processes, events wit
 	$(MAKE) bench BENCHFLAGS='-w w4 $(BENCHFLAGS)'
 
 .PHONY: bench
-bench: ## Benchmarks W1-W3 on SQLite, and on PostgreSQL/MariaDB when their DSNs are set (BENCHFLAGS=-h lists the flags), then bench-broker (BENCH_BROKER=0 skips it)
+bench: ## Benchmarks W1-W3 and W5 (ordered keys, two processes) on SQLite, and on PostgreSQL/MariaDB when their DSNs are set (BENCHFLAGS=-h lists the flags), then bench-broker (BENCH_BROKER=0 skips it)
 	OUTBOX_POSTGRES_DSN=$${OUTBOX_POSTGRES_DSN-postgres://postgres@127.0.0.1:5432/test?sslmode=disable} \
 	OUTBOX_MYSQL_DSN=$${OUTBOX_MYSQL_DSN-root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC} \
 	$(GO) run ./bench $(BENCHFLAGS)

@@ -136,7 +136,7 @@ func TestNewChecksLeaseAgainstDelivery(t *testing.T) {
 	}{
 		{"defaults", dispatch.Config{}, poller.Config{}, true},
 		{"listener well within the default lease", dispatch.Config{ListenerTimeout: 20 * time.Second}, poller.Config{}, true},
-		{"listener as long as the default lease", dispatch.Config{ListenerTimeout: poller.DefaultLeaseTimeout}, poller.Config{}, false},
+		{"listener as long as the default lease", dispatch.Config{ListenerTimeout: core.DefaultLeaseTimeout}, poller.Config{}, false},
 		{"short lease, no listener timeout", dispatch.Config{}, poller.Config{LeaseTimeout: time.Second}, true},
 		{"lease shorter than the listener", dispatch.Config{ListenerTimeout: 10 * time.Second}, poller.Config{LeaseTimeout: 5 * time.Second}, false},
 		{"lease covers the listener but not the linger", dispatch.Config{ListenerTimeout: time.Second, DoneBatchLinger: time.Second},

@@ -67,7 +67,7 @@
 // by as soon as the check fails, so an instance that lost its connection
 // stops claiming. When the active process dies its session ends, the lock
 // is free, and a standby takes it at its next try and polls at once, so it
-// takes over within about one interval (docs/RELIABILITY.md has the
+// takes over within about one interval (docs/reliability.md#single-active-takeover has the
 // takeover times measured after kill -9).
 //
 // The hot path stays on in every instance: an event written through Do is
@@ -108,8 +108,9 @@
 //     them.
 //
 // What it does not give: delivery stays at-least-once (listeners deduplicate
-// on the event id), and there is no ordering between events, within a node
-// or across nodes. Events held by a node that crashed are claimed by another
+// on the event id), and events of aggregate types the store does not order
+// (its Config.Ordered) have no order between them, within a node or across
+// nodes. Events held by a node that crashed are claimed by another
 // node only once their lease expires (dispatch.Config.LeaseTimeout, 30
 // seconds by default; a live node renews the leases it holds, so with the
 // SQL stores the lease need not exceed a delivery). Events written without

@@ -29,6 +29,14 @@
 //     commit-to-listener latency, duplicates, the writers' transaction time
 //     and the claims/s of the idle instances afterwards. -no-wake compares
 //     it without NOTIFY/LISTEN.
+//   - W5 ordered keys across two processes: the bench starts itself twice
+//     more as outbox processes that write -w5-tx business transactions
+//     (1 to 3 events of one of -w5-keys aggregates, numbered by the
+//     aggregate's counter row, which the transaction locks) and deliver
+//     them with 10% listener failures; the aggregate type ordered per key,
+//     against the same transactions unordered. It reports transactions/s,
+//     duplicates, lost events, order violations, the DONE writes' durations
+//     and where an event's DONE waits (see w5.go; make bench-ordered).
 //   - Partitions (only with -w part, PostgreSQL): W1 and W2 on a plain
 //     table and on a partitioned one (postgres.Config.Partitions, with
 //     -part-ahead + 1 time partitions of -part-interval), each with its raw
@@ -112,6 +120,17 @@ type config struct {
 	partInterval    time.Duration
 	partAhead       int
 	partPurgeEvents int
+	w5Txs           int
+	w5Keys          int
+	w5Rounds        int
+	w5Writers       int
+	w5Fail          float64
+	w5Hot           float64
+	w5Sample        time.Duration
+	w5Profile       string
+	w5Trace         bool
+	w5NoCounter     bool
+	w5Analyze       time.Duration
 }
 
 // poolSize returns the connections of one instance's pool.
@@ -131,9 +150,27 @@ func (c *config) applyDispatch(d *dispatch.Config) {
 }
 
 func main() {
+	if js := os.Getenv(w5ChildEnv); js != "" {
+		if err := runW5Child(js); err != nil {
+			fmt.Fprintln(os.Stderr, "bench W5 child:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var c config
 	flag.StringVar(&c.dbs, "db", "sqlite,postgres,mysql", "databases, comma-separated (servers without their DSN variable are skipped)")
-	flag.StringVar(&c.workloads, "w", "w1,w2,w3", "workloads, comma-separated: w1, w2, w3, w4, soak, part")
+	flag.StringVar(&c.workloads, "w", "w1,w2,w3,w5", "workloads, comma-separated: w1, w2, w3, w4, w5, soak, part")
+	flag.IntVar(&c.w5Txs, "w5-tx", 3000, "W5: business transactions a run, both processes together")
+	flag.IntVar(&c.w5Keys, "w5-keys", 200, "W5: keys (aggregates) the transactions write to")
+	flag.IntVar(&c.w5Rounds, "w5-rounds", 2, "W5: rounds of the ordered run and its unordered baseline on each database, alternated")
+	flag.IntVar(&c.w5Writers, "w5-writers", 8, "W5: concurrent writers in each of the two processes")
+	flag.Float64Var(&c.w5Fail, "w5-fail", 0.1, "W5: share of listener calls that fail")
+	flag.Float64Var(&c.w5Hot, "w5-hot", 0.8, "W5: share of transactions written through the hot path (the rest through WriteTx on a plain *sql.Tx)")
+	flag.DurationVar(&c.w5Sample, "w5-sample", 0, "W5: sample the database's sessions of the ordered runs this often (pg_stat_activity and pg_blocking_pids; INNODB_LOCK_WAITS and PROCESSLIST) and print what they did (0: off)")
+	flag.BoolVar(&c.w5Trace, "w5-trace", false, "W5 on PostgreSQL and MySQL: time every statement of every transaction of both processes, and the client's time between them, and print them by kind of transaction")
+	flag.BoolVar(&c.w5NoCounter, "w5-no-counter", false, "W5: the transactions write their events without locking and adding to their aggregate's counter (order is then checked against the store's seq, in the ordered runs only)")
+	flag.DurationVar(&c.w5Analyze, "w5-analyze", 0, "W5: ANALYZE the outbox and key tables this often during a run, as autovacuum would (0: never; a server with autovacuum off then plans on tables without statistics)")
+	flag.StringVar(&c.w5Profile, "w5-profile", "", "W5: each process writes CPU, block and mutex profiles to files named with this prefix")
 	flag.IntVar(&c.soakEvents, "soak-events", 10000000, "soak: events through W1, then as many through W2")
 	flag.DurationVar(&c.soakEvery, "soak-every", time.Minute, "soak: reporting window")
 	flag.DurationVar(&c.listenerDelay, "listener-delay", 0, "W2/W3: each listener call waits this long, as a call over the network would (0: returns at once)")
@@ -193,6 +230,10 @@ func main() {
 	}
 	if *large {
 		c.w2Events = 1000000
+	}
+	if c.w5Txs < 2 || c.w5Keys < 1 || c.w5Rounds < 1 || c.w5Writers < 1 || c.w5Fail < 0 || c.w5Fail >= 1 || c.w5Hot < 0 || c.w5Hot > 1 {
+		fmt.Fprintln(os.Stderr, "bench: -w5-tx must be at least 2, -w5-keys, -w5-rounds and -w5-writers positive, -w5-fail in [0, 1) and -w5-hot in [0, 1]")
+		os.Exit(2)
 	}
 	if c.rounds < 1 || c.w1Events < c.rounds || c.writers < 1 || c.w2Events < 1 || c.w4Events < 1 || c.w4Rate < 1 || c.w4Writers < 1 || c.soakEvents < 1 || c.soakEvery <= 0 || c.soakPerTx < 1 || c.listenerDelay < 0 {
 		fmt.Fprintln(os.Stderr, "bench: -rounds, -writers, -w1-events, -w2-events, -w4-events, -w4-rate and -w4-writers must be positive, and -w1-events at least -rounds")
@@ -262,7 +303,7 @@ func run(c *config) error {
 	wl := map[string]bool{}
 	for w := range strings.SplitSeq(c.workloads, ",") {
 		switch w = strings.TrimSpace(strings.ToLower(w)); w {
-		case "w1", "w2", "w3", "w4", "soak", "part":
+		case "w1", "w2", "w3", "w4", "w5", "soak", "part":
 			wl[w] = true
 		case "":
 		default:
@@ -348,6 +389,13 @@ func run(c *config) error {
 			}
 			rep.Results = append(rep.Results, rs...)
 		}
+	}
+	if wl["w5"] {
+		rs, err := runW5(ctx, c, tgs)
+		if err != nil {
+			return err
+		}
+		rep.Results = append(rep.Results, rs...)
 	}
 	rep.Machine.LoadEnd = procstat.LoadAvg()
 	rep.Machine.Seconds = time.Since(rep.Machine.Started).Seconds()

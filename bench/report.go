@@ -66,6 +66,10 @@ type result struct {
 	HeadP99Ms   float64 `json:"head_p99_ms,omitempty"`
 	WaitedP50Ms float64 `json:"waited_p50_ms,omitempty"`
 	WaitedP99Ms float64 `json:"waited_p99_ms,omitempty"`
+	// W5: listener calls out of a key's order (-1: not checked), and events
+	// never delivered.
+	Violations int `json:"order_violations,omitempty"`
+	Lost       int `json:"lost,omitempty"`
 }
 
 func thousands(v float64) string {

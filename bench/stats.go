@@ -66,7 +66,12 @@ func (s *opStats) take() []time.Duration {
 
 // callStats is what the timed stores of one kind of run collect, over all
 // its rounds.
-type callStats struct{ inserts, claims, done, marks opStats }
+type callStats struct {
+	inserts, claims, done, marks opStats
+	// onDone, when set before the timed store is made, is told of every
+	// DONE batch call: its ids and when it started and returned.
+	onDone func(ids []string, start, end time.Time)
+}
 
 // windowed makes every kind keep its durations only until the soak's
 // reporter takes them.
@@ -94,6 +99,16 @@ type timedStore struct {
 	store.SchemaManager
 	bm                           core.BatchMarker
 	inserts, claims, done, marks *opStats
+	onDone                       func(ids []string, start, end time.Time) // nil: not told
+}
+
+// doneCall times a DONE batch call that started at t.
+func (s *timedStore) doneCall(ids []string, t time.Time, err error) {
+	end := time.Now()
+	s.done.add(end.Sub(t), len(ids), err)
+	if s.onDone != nil {
+		s.onDone(ids, t, end)
+	}
 }
 
 // Unwrap lets the library find the wrapped store's other capabilities
@@ -103,7 +118,7 @@ func (s *timedStore) Unwrap() core.Store { return s.SchemaManager }
 // waiting, when not nil, is told the ids of the events each ordered write
 // stored WAITING.
 func newTimedStore(st store.SchemaManager, cs *callStats, waiting func(ids []string)) store.SchemaManager {
-	ts := &timedStore{SchemaManager: st, inserts: &cs.inserts, claims: &cs.claims, done: &cs.done, marks: &cs.marks}
+	ts := &timedStore{SchemaManager: st, inserts: &cs.inserts, claims: &cs.claims, done: &cs.done, marks: &cs.marks, onDone: cs.onDone}
 	bm, ok := core.StoreAs[core.BatchMarker](st)
 	if !ok {
 		return ts
@@ -142,7 +157,7 @@ type timedBatchStore struct{ *timedStore }
 func (s *timedBatchStore) MarkDoneBatch(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, error) {
 	t := time.Now()
 	n, err := s.bm.MarkDoneBatch(ctx, db, owner, ids, now)
-	s.done.add(time.Since(t), len(ids), err)
+	s.doneCall(ids, t, err)
 	return n, err
 }
 
@@ -152,7 +167,7 @@ func (s *timedBatchStore) DeleteDoneBatch(ctx context.Context, db core.DBTX, own
 	t := time.Now()
 	dd, _ := core.StoreAs[core.DoneDeleter](s.SchemaManager)
 	n, err := dd.DeleteDoneBatch(ctx, db, owner, ids)
-	s.done.add(time.Since(t), len(ids), err)
+	s.doneCall(ids, t, err)
 	return n, err
 }
 
@@ -180,7 +195,7 @@ func (s *timedOrderedStore) InsertOrdered(ctx context.Context, db core.DBTX, env
 func (s *timedOrderedStore) MarkDoneOrdered(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
 	t := time.Now()
 	n, promoted, err := s.os.MarkDoneOrdered(ctx, db, owner, ids, now)
-	s.done.add(time.Since(t), len(ids), err)
+	s.doneCall(ids, t, err)
 	return n, promoted, err
 }
 

@@ -52,6 +52,8 @@ type target struct {
 	// partitioned: PostgreSQL stores on partitioned tables (-partitioned,
 	// -w part).
 	partitioned bool
+	// sqlitePath is the SQLite database file, which W5's processes share.
+	sqlitePath string
 }
 
 // cpuUse is CPU time used by the bench process and by the database
@@ -235,17 +237,24 @@ func sqliteTarget() (*target, error) {
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(dir, "bench.db")
+	tg := sqliteTargetAt(filepath.Join(dir, "bench.db"))
+	tg.cleanup = func() { _ = os.RemoveAll(dir) }
+	return tg, nil
+}
+
+// sqliteTargetAt returns the SQLite target on the database file path, which
+// the caller removes.
+func sqliteTargetAt(path string) *target {
 	return &target{
-		name: "sqlite",
-		open: func(int) (*sql.DB, error) { return sqlite.Open(path) },
+		name:       "sqlite",
+		sqlitePath: path,
+		open:       func(int) (*sql.DB, error) { return sqlite.Open(path) },
 		newStore: func(table string, o core.Ordering) (store.SchemaManager, error) {
 			return sqlite.New(sqlite.Config{Table: table, Ordered: o})
 		},
 		pending:    "status IN (0, 2)",
 		encodeTime: func(t time.Time) any { return t.UTC().Format(sqliteTimeFormat) },
-		cleanup:    func() { _ = os.RemoveAll(dir) },
-	}, nil
+	}
 }
 
 // describe returns the server version and its durability settings.

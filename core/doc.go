@@ -24,4 +24,43 @@
 //
 // Delivery is at-least-once; Envelope.ID (the event_id column) is the key
 // consumers deduplicate on.
+//
+// # Optional capabilities
+//
+// A store, a Metrics, a WriterHook, a database handle or the poller's
+// handler may offer more than the interface it is handed as. The library
+// finds each extra capability by type assertion, for a store with StoreAs
+// (which looks through a wrapper that implements StoreUnwrapper; the
+// migrations.Migrator asserts on its Source itself), and works without it,
+// unless the last column says it is required. This is every one of them:
+//
+//	capability                 on              implemented by              used by
+//	BatchMarker                Store           postgres, mysql, sqlite     dispatch: DONE outcomes in batches, else one MarkDone per event
+//	DoneDeleter                Store           postgres, mysql, sqlite     dispatch: Config.DeleteDelivered, which requires it
+//	LeaseRenewer               Store           postgres, mysql, sqlite     dispatch: renews the leases of held events, else none
+//	OrderedStore               Store           postgres, mysql, sqlite     Writer, dispatch, dead: per-key order (the store's Ordered config)
+//	Inspector                  Store           postgres, mysql, sqlite     console, metrics/prometheus sampler (requires it), outboxctl
+//	Locker                     Store           postgres, mysql             purge: one purger at a time; outbox: SingleActive (requires
+//	                                                                       it), MultiNode purge; migrations.Migrator
+//	InsertNotifier             Store           postgres                    Writer: pg_notify for events no hot path delivers
+//	WakeSource                 Store           postgres                    poller: LISTEN, a poll at once when others commit events
+//	purge.KeyPurger            Store           postgres, mysql, sqlite     purge: deletes idle key rows of ordered delivery
+//	purge.PartitionMaintainer  Store           postgres                    purge: creates and drops partitions (Config.Partitions)
+//	store.SchemaManager        Store           postgres, mysql, sqlite     outboxctl, bench, test suites: table name, DDL, CreateSchema
+//	migrations.Source          Store           postgres, mysql, sqlite     migrations.Migrator (requires it): versioned migrations
+//	migrations.ExistsReporter  Source          mysql, sqlite               migrations.Migrator: skips an ADD already applied
+//	StoreUnwrapper             Store           wrappers (outboxotel)       StoreAs: the wrapped store's capabilities stay visible
+//	LatencyMetrics             Metrics         metrics/prometheus,         dispatch, poller: duration histograms
+//	                                           outboxotel
+//	LeasingHook                WriterHook      the dispatcher's hook       Writer: inserts events leased by the hook's owner
+//	TxBeginner                 DBTX            *sql.DB, *sql.Conn,         the stores: a claim or an ordered write in a transaction of its own
+//	                                           *sqlx.DB
+//	Conner                     DBTX            *sql.DB, *sqlx.DB           Locker, WakeSource: a dedicated connection
+//	poller.OwnerSource,        poller.Handler  *dispatch.Dispatcher        poller.New: the owner token, the lease timeout, wake-ups
+//	LeaseTimeoutSource,                                                    for retries and released events
+//	DueFromNotifier,
+//	DueNotifier
+//
+// postgres, mysql and sqlite are the stores of store/postgres, store/mysql
+// and store/sqlite; a type that embeds one of them has its capabilities.
 package core

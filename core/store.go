@@ -77,10 +77,12 @@ type DeadFilter struct {
 //
 // # Optional capabilities and wrappers
 //
-// A store may offer more than this interface: BatchMarker (DONE writes in
-// batches), DoneDeleter (delete delivered events) and Inspector (counts for
-// operations tooling). The library finds them with StoreAs, never with a
-// plain type assertion. A store that wraps another, for instance to add
+// A store may offer more than this interface: the package documentation
+// lists every optional capability (BatchMarker, DoneDeleter, LeaseRenewer,
+// OrderedStore, Inspector, Locker, InsertNotifier, WakeSource, and those
+// of packages purge, store and migrations), what implements it and what
+// uses it. The library finds them with StoreAs, never with a plain type
+// assertion. A store that wraps another, for instance to add
 // metrics or tracing by embedding Store, implements StoreUnwrapper
 // (Unwrap() Store) so that the capabilities of the store it wraps stay
 // visible:

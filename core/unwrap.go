@@ -2,8 +2,8 @@ package core
 
 // StoreUnwrapper is implemented by a Store that wraps another one, such as an
 // instrumenting or logging decorator. Unwrap returns the wrapped store, so
-// that StoreAs finds the capabilities (BatchMarker, DoneDeleter,
-// LeaseRenewer, Inspector) the wrapper does not declare itself.
+// that StoreAs finds the optional capabilities (see the package
+// documentation) the wrapper does not declare itself.
 type StoreUnwrapper interface {
 	Unwrap() Store
 }

@@ -103,7 +103,7 @@ type Config struct {
 	// event stays in flight (its id is not accepted again) until its DONE is
 	// written. Longer lingers mean fewer, larger statements and commits
 	// under a full write load, at the cost of holding each event in flight
-	// a little longer; docs/BENCHMARKS.md has the measurements behind the
+	// a little longer; docs/design/dispatcher.md#alternatives-measured has the measurements behind the
 	// default. Default 5ms.
 	DoneBatchLinger time.Duration
 	// DeleteDelivered deletes each delivered event's row instead of marking
@@ -113,7 +113,7 @@ type Config struct {
 	// trace in the table; failing events still end DEAD. It pays where the
 	// row work of the DONE update is a large share of a transaction (SQLite)
 	// and matters little where commits dominate (PostgreSQL, MariaDB); see
-	// docs/BENCHMARKS.md. Default false.
+	// docs/benchmarks.md#deletedelivered. Default false.
 	DeleteDelivered bool
 
 	// NoYieldAfterCommit keeps the committing goroutine running after the
@@ -123,7 +123,7 @@ type Config struct {
 	// on the OS thread that is already running instead of waiting for the
 	// runtime to wake another one, which on a busy machine takes
 	// milliseconds and dominates the tail of the commit-to-listener latency
-	// (docs/BENCHMARKS.md). The committing goroutine goes on as soon as a
+	// (docs/design/dispatcher.md#the-yield-after-commit). The committing goroutine goes on as soon as a
 	// processor is free. Set it when delivery latency matters less than
 	// the committing goroutine's.
 	NoYieldAfterCommit bool
@@ -178,7 +178,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	if c.Owner == "" {
-		c.Owner = NewOwner()
+		c.Owner = core.NewOwner()
 	}
 	c.Workers = cmp.Or(c.Workers, DefaultWorkers)
 	c.HotQueueSize = cmp.Or(c.HotQueueSize, DefaultHotQueueSize)
@@ -195,7 +195,3 @@ func (c Config) withDefaults() (Config, error) {
 	c.Interceptors = append([]core.Interceptor(nil), c.Interceptors...)
 	return c, nil
 }
-
-// NewOwner returns a lease owner token unique to this process and call; it
-// is core.NewOwner.
-func NewOwner() string { return core.NewOwner() }

@@ -136,7 +136,7 @@ func TestNewValidates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Owner() == "" || d.Owner() == dispatch.NewOwner() {
+	if d.Owner() == "" || d.Owner() == core.NewOwner() {
 		t.Errorf("default owner %q is not unique", d.Owner())
 	}
 	if got := d.ColdCapacity(); got != dispatch.DefaultColdQueueSize {

@@ -86,6 +86,13 @@
 // is not charged an attempt: its lease is released. Events still queued have
 // their leases released too, so another instance can claim them at once.
 // Close returns when no goroutine of the dispatcher is left.
+//
+// # Design notes
+//
+// docs/design/dispatcher.md gives the invariants the dispatcher and its
+// in-flight tracker keep, the alternatives measured before they took this
+// shape, and the tests that guard them; docs/design/leases.md does the same
+// for fencing, lease renewal and write-backs.
 package dispatch
 
 // Where each concept lives:

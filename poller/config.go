@@ -13,15 +13,12 @@ import (
 
 // Defaults applied by New to zero Config fields.
 const (
-	// DefaultLeaseTimeout is core.DefaultLeaseTimeout (30 seconds), used
-	// when the Handler does not tell its own lease timeout.
-	DefaultLeaseTimeout = core.DefaultLeaseTimeout
-	DefaultBatchSize    = 100
+	DefaultBatchSize = 100
 	// DefaultMaxBatchSize caps the claims of a poller whose BatchSize is not
 	// set, while they grow to follow a backlog: half the dispatcher's default
 	// cold queue, so that the workers deliver one claim while the next one
 	// runs (claims of up to 1,000 drained PostgreSQL 10-13% slower, see
-	// docs/BENCHMARKS.md).
+	// docs/benchmarks.md#w2-drain).
 	DefaultMaxBatchSize = 500
 	DefaultInterval     = 5 * time.Second
 	DefaultClaimTimeout = 30 * time.Second
@@ -30,13 +27,46 @@ const (
 )
 
 // Handler takes the events the poller claims. *dispatch.Dispatcher
-// implements it.
+// implements it, and every optional interface below.
 type Handler interface {
 	// EnqueueCold offers a claimed event without blocking and reports whether
 	// the handler holds it now. On false the poller releases the lease.
 	EnqueueCold(ev core.Event) bool
 	// ColdCapacity returns how many events EnqueueCold would accept now.
 	ColdCapacity() int
+}
+
+// The poller asks its Handler for more through these optional interfaces,
+// found by type assertion in New.
+
+// OwnerSource is a Handler that holds its events under a lease owner token:
+// the poller claims with the same token (the default of Config.Owner), since
+// the handler's write-backs are fenced by it.
+type OwnerSource interface {
+	Owner() string
+}
+
+// LeaseTimeoutSource is a Handler that renews the leases of the events it
+// holds, and so owns the lease timeout: the poller claims with it (the
+// default of Config.LeaseTimeout) and rejects a different one.
+type LeaseTimeoutSource interface {
+	LeaseTimeout() time.Duration
+}
+
+// DueFromNotifier is a Handler that leaves events in the database to become
+// deliverable later (retries; events it released unsent) and reports when,
+// and from which creation time on (zero: not known). New registers the
+// poller's WakeAtFrom with it, so that such events are claimed when they
+// fall due, from there rather than from the oldest row. fn must not block.
+type DueFromNotifier interface {
+	NotifyDueFrom(fn func(due, from time.Time))
+}
+
+// DueNotifier is DueFromNotifier without the creation time: New registers
+// the poller's WakeAt with a Handler that is a DueNotifier and not a
+// DueFromNotifier.
+type DueNotifier interface {
+	NotifyDue(fn func(due time.Time))
 }
 
 // Config configures a Poller. The zero value of every optional field means
@@ -48,10 +78,12 @@ type Config struct {
 	// transaction, since some stores begin their own transaction to claim.
 	// Required.
 	DB core.DBTX
-	// Handler receives the claimed events. Required. If it also has an
-	// Owner() string method, that is the default Owner; if it has a
-	// NotifyDue(func(time.Time)) method (as *dispatch.Dispatcher does), New
-	// subscribes WakeAt to it so that retries are claimed when they fall due.
+	// Handler receives the claimed events. Required. If it is an
+	// OwnerSource, its Owner is the default Owner; if it is a
+	// LeaseTimeoutSource, its LeaseTimeout is the LeaseTimeout; if it is a
+	// DueFromNotifier (or a DueNotifier), New subscribes WakeAtFrom (or
+	// WakeAt) to it so that retries are claimed when they fall due.
+	// *dispatch.Dispatcher is all of these.
 	Handler Handler
 
 	// Owner is the lease owner token the claims use. It must equal the
@@ -62,12 +94,12 @@ type Config struct {
 	// LeaseTimeout is how long a claim holds an event before another claimer
 	// may take it. The dispatcher owns the setting
 	// (dispatch.Config.LeaseTimeout), since it renews the leases of the
-	// events it holds: when Handler has a LeaseTimeout() time.Duration
-	// method (as *dispatch.Dispatcher does), that is the default, and a
+	// events it holds: when Handler is a LeaseTimeoutSource (as
+	// *dispatch.Dispatcher is), its LeaseTimeout is the default, and a
 	// different value here is rejected, since a poller whose lease is
 	// shorter than the one renewals keep would reclaim held events, and a
 	// longer one would delay crash recovery the dispatcher does not expect.
-	// Otherwise the default is DefaultLeaseTimeout, 30 seconds.
+	// Otherwise the default is core.DefaultLeaseTimeout, 30 seconds.
 	LeaseTimeout time.Duration
 	// SkipRecent leaves events created less than this long ago to the hot
 	// path. Default 0: claim everything due.
@@ -75,7 +107,7 @@ type Config struct {
 	// BatchSize is how many events a claim asks for when there is no
 	// backlog. A claim costs about the same for 50 rows as for 500 (its
 	// round trips and commit dominate), so larger batches drain a backlog
-	// faster (docs/BENCHMARKS.md); the poller therefore doubles the size of
+	// faster (docs/benchmarks.md#w2-drain); the poller therefore doubles the size of
 	// each claim after one that came back full, up to MaxBatchSize, and
 	// returns to BatchSize after one that came back short. A claim never
 	// asks for more than the handler has room for. Default 100.
@@ -144,7 +176,7 @@ func (c Config) validate() error {
 	}
 	config.NonNegative(&v, "Interval", c.Interval)
 	config.NonNegative(&v, "ClaimTimeout", c.ClaimTimeout)
-	if h, ok := c.Handler.(interface{ LeaseTimeout() time.Duration }); ok && c.LeaseTimeout > 0 {
+	if h, ok := c.Handler.(LeaseTimeoutSource); ok && c.LeaseTimeout > 0 {
 		v.Check(c.LeaseTimeout == h.LeaseTimeout(),
 			"LeaseTimeout %s differs from the handler's lease timeout %s; set it on the dispatcher (dispatch.Config.LeaseTimeout) and leave it zero here",
 			c.LeaseTimeout, h.LeaseTimeout())
@@ -160,17 +192,17 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	if c.Owner == "" {
-		if o, ok := c.Handler.(interface{ Owner() string }); ok {
+		if o, ok := c.Handler.(OwnerSource); ok {
 			c.Owner = o.Owner()
 		}
 	}
 	if c.Owner == "" {
 		c.Owner = core.NewOwner()
 	}
-	if h, ok := c.Handler.(interface{ LeaseTimeout() time.Duration }); ok && c.LeaseTimeout == 0 {
+	if h, ok := c.Handler.(LeaseTimeoutSource); ok && c.LeaseTimeout == 0 {
 		c.LeaseTimeout = h.LeaseTimeout()
 	}
-	c.LeaseTimeout = cmp.Or(c.LeaseTimeout, DefaultLeaseTimeout)
+	c.LeaseTimeout = cmp.Or(c.LeaseTimeout, core.DefaultLeaseTimeout)
 	switch {
 	case c.MaxBatchSize == 0 && c.BatchSize == 0:
 		c.MaxBatchSize = DefaultMaxBatchSize

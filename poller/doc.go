@@ -21,27 +21,30 @@
 // A failed claim (the database is down, say) is logged and retried with a
 // back-off that grows up to the interval; the loop never stops because of it.
 //
-// # Backlogs
+// # Backlogs and due claims
 //
 // While claims come back full, each next claim asks for twice as many rows
 // (Config.BatchSize up to Config.MaxBatchSize, never more than the handler
 // has room for). Every claim starts where the claims before it ended
-// (core.ClaimParams.From, the created_at of the newest row they took)
-// instead of at the oldest pending row, so that it does not step again over
-// the rows delivered or held since. On PostgreSQL a delivered row leaves dead
-// entries in the pending index until VACUUM, so a claim from the oldest row
-// gets slower as a drain goes on; from the cursor it does not. Rows that
-// become claimable behind the cursor are never skipped. Where their creation
-// time is known (retries and events released unsent, which the dispatcher
-// reports through WakeAtFrom, and events the handler refused), a claim
-// starts from the oldest of them when they fall due: it steps over the rows
-// delivered since then only, which for an event the hot queue refused a
-// moment ago is next to none. For the others (expired leases of other
-// instances, rows committed late, WakeAt), a claim from the oldest row is due
-// after a claim that came back short, after a wake-up request falls due, and
-// once per Interval. Claims of either kind run as soon as they stay under
-// about a twentieth of the claiming time, which on a vacuumed table is at
-// once.
+// (core.ClaimParams.From, the created_at of the newest row they took: the
+// cursor) instead of at the oldest pending row, so that it does not step
+// again over the rows delivered or held since. On PostgreSQL a delivered row
+// leaves dead entries in the pending index until VACUUM, so a claim from the
+// oldest row gets slower as a drain goes on; from the cursor it does not.
+//
+// Rows that become claimable behind the cursor are never skipped: each is
+// owed a due claim, kept in one schedule with the time its rows become
+// claimable and, where known, the creation time of the oldest of them.
+// Retries and events the dispatcher released unsent (reported through
+// WakeAtFrom), events the handler refused, and rows released late are
+// claimed from there: such a claim steps over the rows delivered since then
+// only, which for an event the hot queue refused a moment ago is next to
+// none. For the others (expired leases of other instances, rows committed
+// late, Wake and WakeAt), a claim from the oldest row is due after a claim
+// that came back short, after a wake-up falls due, and once per Interval.
+// Claims that start behind the cursor keep, by how far back they start, to
+// about a twentieth of the claiming time, which on a vacuumed table means
+// at once. docs/design/poller.md has the reasoning and the figures.
 //
 // # What wakes a poller
 //
@@ -65,7 +68,7 @@
 //     have no NOTIFY, a steady flow of such events is thus delivered within
 //     about BusyInterval, while an idle outbox still costs one claim per
 //     Interval per instance; the first event after a quiet spell waits for
-//     the next poll. docs/BENCHMARKS.md (W4) has the figures.
+//     the next poll. docs/benchmarks.md#w4-cross-instance-wake-up has the figures.
 //
 // Events written through txctx with the dispatcher's hook need neither: they
 // are inserted leased by the writing instance, whose hot path delivers them.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/poller"
 )
 
 // fakeStore is an in-memory core.Store with just the claim semantics the
@@ -266,3 +267,11 @@ type countMetrics struct {
 
 func (m *countMetrics) DispatchDead() { m.dead.Add(1) }
 func (m *countMetrics) StoreError()   { m.storeErrors.Add(1) }
+
+// The fakes stand for a dispatcher through the poller's optional
+// interfaces; a rename of one of them must show here too.
+var (
+	_ poller.OwnerSource        = (*ownerHandler)(nil)
+	_ poller.DueNotifier        = (*ownerHandler)(nil)
+	_ poller.LeaseTimeoutSource = (*leaseHandler)(nil)
+)

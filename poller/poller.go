@@ -1,11 +1,9 @@
 package poller
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -33,9 +31,6 @@ const (
 	// fromSlack is taken off the creation times passed to WakeAtFrom, in
 	// case a store keeps them to a coarser unit than the event had.
 	fromSlack = time.Millisecond
-	// maxWakeups bounds the pending wake-up requests; beyond it the
-	// latest ones are dropped and served by the interval.
-	maxWakeups = 4096
 )
 
 // Poller claims deliverable events from the outbox table with a lease and
@@ -52,32 +47,28 @@ type Poller struct {
 
 	loop lifecycle.Loop
 
-	mu   sync.Mutex
-	due  wakeups       // requested poll times, earliest first
-	wake chan struct{} // capacity 1: coalesces wake-ups
+	sched *schedule     // which claim is due next, from where, how large
+	wake  chan struct{} // capacity 1: a wake-up earlier than the loop waits for
 
 	// Refused events whose release failed; released again at the start of
 	// the next cycles, and once more when the poller stops.
 	releaser *lease.Releaser
-
-	cursor *cursor // where claims start and how many rows they ask for
 }
 
 // New validates cfg and returns a Poller. Bad configuration returns an error
-// matching core.ErrInvalid. If cfg.Handler has a
-// NotifyDueFrom(func(due, from time.Time)) method, New subscribes the
-// poller's WakeAtFrom to it; otherwise, if it has a NotifyDue(func(time.Time))
-// method, its WakeAt.
+// matching core.ErrInvalid. If cfg.Handler is a DueFromNotifier, New
+// subscribes the poller's WakeAtFrom to it; otherwise, if it is a
+// DueNotifier, its WakeAt.
 func New(cfg Config) (*Poller, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	p := &Poller{
-		cfg:    cfg,
-		log:    logging.Resolve(cfg.Logger, cfg.Slog).With().Str("component", "outbox.poller").Logger(),
-		wake:   make(chan struct{}, 1),
-		cursor: newCursor(cfg),
+		cfg:   cfg,
+		log:   logging.Resolve(cfg.Logger, cfg.Slog).With().Str("component", "outbox.poller").Logger(),
+		wake:  make(chan struct{}, 1),
+		sched: newSchedule(cfg),
 	}
 	p.releaser = lease.New(lease.Policy{
 		Release: func(ctx context.Context, owner string, ids []string) error {
@@ -94,17 +85,15 @@ func New(cfg Config) (*Poller, error) {
 		// again and its handler take them, whose leases must then stay.
 		GiveUpAfter: cfg.LeaseTimeout / 2,
 		// The released rows may lie behind where claims start now.
-		Released: func() { p.cursor.rewindAt(p.cfg.Now()) },
+		Released: func() { p.sched.released(p.cfg.Now()) },
 		Now:      cfg.Now,
 		Logger:   p.log,
 		Who:      "outbox poller",
 	})
 	switch n := cfg.Handler.(type) {
-	case interface {
-		NotifyDueFrom(func(due, from time.Time))
-	}:
+	case DueFromNotifier:
 		n.NotifyDueFrom(p.WakeAtFrom)
-	case interface{ NotifyDue(func(time.Time)) }:
+	case DueNotifier:
 		n.NotifyDue(p.WakeAt)
 	}
 	return p, nil
@@ -157,16 +146,12 @@ func (p *Poller) WakeAtFrom(t, from time.Time) {
 	} else {
 		t = t.Add(dueSlack)
 	}
-	p.mu.Lock()
-	earliest := p.due.add(t)
-	p.mu.Unlock()
-	// What falls due at t may lie behind where claims start now. A store
-	// keeps created_at to the microsecond or less: fromSlack covers it.
+	// A store keeps created_at to the microsecond or less: fromSlack
+	// covers it.
 	if !from.IsZero() {
 		from = from.Add(-fromSlack)
 	}
-	p.cursor.markFrom(t, from)
-	if earliest {
+	if p.sched.wakeAt(t, from) {
 		select {
 		case p.wake <- struct{}{}:
 		default:
@@ -205,12 +190,12 @@ func (p *Poller) poll(ctx context.Context) (cycle, error) {
 func (p *Poller) claim(ctx context.Context) (cycle, error) {
 	var c cycle
 	capacity := p.cfg.Handler.ColdCapacity()
-	if capacity <= 0 || p.cursor.waitForRoom(capacity) {
+	if capacity <= 0 || p.sched.waitForRoom(capacity) {
 		c.skipped = true
 		return c, nil
 	}
 	now := p.cfg.Now()
-	pl := p.cursor.next(now)
+	pl := p.sched.next(now)
 	limit := min(pl.size, capacity)
 	cctx, cancelClaim := context.WithTimeout(ctx, p.cfg.ClaimTimeout)
 	defer cancelClaim()
@@ -229,7 +214,7 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 	}
 	if err != nil {
 		p.cfg.Metrics.StoreError()
-		p.cursor.failed()
+		p.sched.failed(now)
 		return c, fmt.Errorf("claim events: %w", err)
 	}
 
@@ -273,7 +258,7 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 			last = ev.CreatedAt
 		}
 	}
-	p.cursor.done(now, pl, len(events)+len(bad) >= limit, len(refused) == 0, released, last, took)
+	p.sched.done(now, pl, len(events)+len(bad) >= limit, len(refused) == 0, released, last, took)
 	if len(refused) > 0 {
 		if _, err := p.cfg.Store.Release(fctx, p.cfg.DB, p.cfg.Owner, refused); err != nil {
 			p.cfg.Metrics.StoreError()
@@ -345,14 +330,12 @@ func (p *Poller) sleep(stop <-chan struct{}, wait time.Duration) bool {
 		default:
 		}
 		target := deadline
-		p.mu.Lock()
-		if next, ok := p.due.first(); ok && next.Before(target) {
+		if next, ok := p.sched.firstWake(); ok && next.Before(target) {
 			target = next
 		}
-		p.mu.Unlock()
 		now := p.cfg.Now()
 		if target.Sub(now) <= 0 {
-			p.dueReached(now)
+			p.sched.polling(now)
 			return true
 		}
 		timer := time.NewTimer(target.Sub(now))
@@ -365,7 +348,7 @@ func (p *Poller) sleep(stop <-chan struct{}, wait time.Duration) bool {
 		case <-timer.C:
 			// At least target: a Now that lags the timer (a test clock)
 			// must still drop the request the timer was for.
-			p.dueReached(latest(target, p.cfg.Now()))
+			p.sched.polling(latest(target, p.cfg.Now()))
 			return true
 		}
 	}
@@ -376,55 +359,4 @@ func latest(a, b time.Time) time.Time {
 		return a
 	}
 	return b
-}
-
-// dueReached drops the wake-up requests the poll about to start at now
-// serves: all those due by now, however many; each was requested before
-// the poll's claim starts, so the claim sees what it was requested for.
-// Dropping only the earliest
-// would cost one poll per request, and a burst of Wake calls (one per
-// notification when another instance writes at 1,000 events/s) would keep
-// the poller claiming back to back long after the burst.
-func (p *Poller) dueReached(now time.Time) {
-	p.mu.Lock()
-	p.due.removeThrough(now)
-	p.mu.Unlock()
-}
-
-// wakeups is a min-heap of requested poll times.
-type wakeups []time.Time
-
-func (w wakeups) Len() int           { return len(w) }
-func (w wakeups) Less(i, j int) bool { return w[i].Before(w[j]) }
-func (w wakeups) Swap(i, j int)      { w[i], w[j] = w[j], w[i] }
-func (w *wakeups) Push(x any)        { *w = append(*w, x.(time.Time)) }
-func (w *wakeups) Pop() any {
-	old := *w
-	t := old[len(old)-1]
-	*w = old[:len(old)-1]
-	return t
-}
-
-// add records a request for t and reports whether it is now the earliest.
-// When maxWakeups are pending, t is dropped: the interval serves it.
-func (w *wakeups) add(t time.Time) bool {
-	if len(*w) >= maxWakeups {
-		return false
-	}
-	heap.Push(w, t)
-	return !(*w)[0].Before(t)
-}
-
-func (w wakeups) first() (time.Time, bool) {
-	if len(w) == 0 {
-		return time.Time{}, false
-	}
-	return w[0], true
-}
-
-// removeThrough drops the requests at or before t.
-func (w *wakeups) removeThrough(t time.Time) {
-	for len(*w) > 0 && !(*w)[0].After(t) {
-		heap.Pop(w)
-	}
 }

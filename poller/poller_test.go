@@ -513,8 +513,8 @@ func TestLeaseFromHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := p.LeaseTimeout(); got != poller.DefaultLeaseTimeout {
-		t.Errorf("a handler without a lease: lease %s, want the default %s", got, poller.DefaultLeaseTimeout)
+	if got := p.LeaseTimeout(); got != core.DefaultLeaseTimeout {
+		t.Errorf("a handler without a lease: lease %s, want the default %s", got, core.DefaultLeaseTimeout)
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/poller"
-	"github.com/outboxkit/outbox/store/postgres"
 )
 
 // countingStore counts the claims of the store it wraps and signals each on
@@ -127,11 +126,12 @@ func (f watchFixture) expect(t *testing.T, id string) {
 	}
 }
 
-// listeners returns the backends listening on the fixture's channel.
+// listeners returns the backends listening on the fixture's channel: its
+// name holds the table's, which is unique to the test.
 func (f watchFixture) listeners(t *testing.T) []int {
 	t.Helper()
 	rows, err := f.tg.DB.QueryContext(context.Background(),
-		`SELECT pid FROM pg_stat_activity WHERE query = $1`, fmt.Sprintf(`LISTEN "%s"`, postgres.Channel(f.tg.Table)))
+		`SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND strpos(query, $1) > 0`, f.tg.Table)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,9 +6,9 @@
 // the servers). They prove the delivery guarantees (atomicity, no loss,
 // after-commit only, safe claims, fencing, no head-of-line blocking, bounded
 // memory, clean shutdown, clear errors for bad input) under failure and log
-// the figures docs/RELIABILITY.md reports.
+// the figures docs/reliability.md reports.
 //
 // The package has no API. By default its tests run a short version sized for
-// CI; OUTBOX_CHAOS=long runs the long one (see docs/RELIABILITY.md and
+// CI; OUTBOX_CHAOS=long runs the long one (see docs/reliability.md and
 // `make chaos`); `make stress` repeats the lease and write-back tests.
 package reliability

@@ -157,7 +157,7 @@ func TestLeaseExpirySameInstance(t *testing.T) {
 			tg.Name, count, lease, st.claimed.Load(), dupEvents, extra)
 		if dupEvents != 0 {
 			// The in-flight tracker holds every event its own poller
-			// reclaims (bugs 5 and 6 of docs/RELIABILITY.md).
+			// reclaims (regressions 5 and 6 of docs/reliability.md#regressions-the-suite-guards).
 			t.Errorf("%d events delivered more than once (%d extra) by one instance", dupEvents, extra)
 		}
 		if c := testnode.StatusCounts(t, tg.DB, tg.Table); c[core.StatusDone] != count {
@@ -311,7 +311,7 @@ func markDoneBatch(ctx context.Context, st core.Store, db core.DBTX, owner strin
 // worker has finished the delivery and is about to record DONE. The event
 // must be delivered once.
 //
-// Bug 5 of docs/RELIABILITY.md, fixed: Dispatcher.enqueueCold refused an
+// Regression 5 of docs/reliability.md#regressions-the-suite-guards: Dispatcher.enqueueCold refused an
 // event whose outcome was being written, so the poller released the lease it
 // had just renewed; when that Release ran before the worker's MarkDone,
 // MarkDone was fenced off, the row was left NEW and unleased, and the next

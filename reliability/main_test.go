@@ -60,6 +60,14 @@ type size struct {
 	orderedEvents int     // events of the ordered crash test, all writers together
 	orderedKeys   int     // keys they are written to
 	orderedRate   float64 // events per second, all writers together
+
+	// TestCrashOrderedKills, each of its runs: events, keys, events per
+	// second (all writers together), lease, and the kills a run must reach
+	// (no events: the test is skipped).
+	killsEvents, killsKeys int
+	killsRate              float64
+	killsLease             time.Duration
+	killsMinKills          int
 }
 
 var sizes = map[string]size{
@@ -85,6 +93,7 @@ var sizes = map[string]size{
 		leaseEvents:    50,
 		takeovers:      10,
 		orderedEvents:  50000, orderedKeys: 1000, orderedRate: 600,
+		killsEvents: 20000, killsKeys: 200, killsRate: 500, killsLease: 5 * time.Second, killsMinKills: 20,
 	},
 }
 
@@ -119,7 +128,7 @@ func TestMain(m *testing.M) {
 
 var (
 	helpersMu sync.Mutex
-	helpers   = map[string]*helper{} // by package name under internal/
+	helpers   = map[string]*helper{} // by package name under internal/, with "-race" when built with it
 )
 
 // helper is one helper binary, built once per test binary.
@@ -141,11 +150,23 @@ func helperBinary(t *testing.T) string {
 // created, and returns its path.
 func buildHelper(t *testing.T, name string) string {
 	t.Helper()
+	return buildHelperRace(t, name, cfg.crashHelperRace)
+}
+
+// buildHelperRace is buildHelper with -race as race says: a test that
+// times what the helper does builds it without, since the race detector
+// slows it several times over.
+func buildHelperRace(t *testing.T, name string, race bool) string {
+	t.Helper()
+	key := name
+	if race {
+		key += "-race"
+	}
 	helpersMu.Lock()
-	h := helpers[name]
+	h := helpers[key]
 	if h == nil {
 		h = &helper{}
-		helpers[name] = h
+		helpers[key] = h
 	}
 	helpersMu.Unlock()
 	h.once.Do(func() {
@@ -153,9 +174,9 @@ func buildHelper(t *testing.T, name string) string {
 		if err != nil {
 			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
 		}
-		h.path = filepath.Join(helperDir, name)
+		h.path = filepath.Join(helperDir, key)
 		args := []string{"build", "-o", h.path}
-		if cfg.crashHelperRace {
+		if race {
 			args = append(args, "-race")
 		}
 		args = append(args, "./internal/"+name)

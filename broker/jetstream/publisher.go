@@ -229,7 +229,7 @@ func (p *Publisher) Handle(ctx context.Context, ev core.Event) error {
 // workers publish one after the other as their acks come in, makes one
 // socket write per message, and nats-server one read and one ack write per
 // message: measured, twice the server's CPU per message of a loop publishing
-// the same messages back to back (docs/BENCHMARKS.md). The yield lets the
+// the same messages back to back (docs/benchmarks.md#outbox-to-broker). The yield lets the
 // workers already runnable queue their messages first. Messages are
 // published in the order their calls queued them.
 func (p *Publisher) publish(ctx context.Context, m *nats.Msg) (jetstream.PubAckFuture, error) {

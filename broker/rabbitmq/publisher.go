@@ -135,13 +135,15 @@ func (p *Publisher) Message(ev core.Event) (amqp.Publishing, string) {
 	}, p.cfg.RoutingKey(ev)
 }
 
-// ErrUnroutable is wrapped (inside a core.Permanent error) by Handle when the
-// broker returned the message because no queue is bound for its routing key.
-var ErrUnroutable = errors.New("rabbitmq: message returned unroutable")
+// ErrNoRoute is wrapped (inside a core.Permanent error) by Handle when the
+// broker returned the message because no queue is bound for its routing key
+// (AMQP's NO_ROUTE). It is not core.ErrUnroutable, which means that no
+// listener is registered for an event.
+var ErrNoRoute = errors.New("rabbitmq: message returned unroutable")
 
 // Handle publishes ev and waits for the broker's confirm. It returns nil once
 // the broker confirmed the message, a core.Permanent error wrapping
-// ErrUnroutable when the broker returned it (no queue takes its routing
+// ErrNoRoute when the broker returned it (no queue takes its routing
 // key), and an error for the dispatcher to retry when the broker is
 // unreachable, the channel closes or the broker nacks the message.
 func (p *Publisher) Handle(ctx context.Context, ev core.Event) error {
@@ -175,7 +177,7 @@ func (p *Publisher) Handle(ctx context.Context, ev core.Event) error {
 	}
 	if returned {
 		return core.Permanent(fmt.Errorf("%w: exchange %q routing key %q: %d %s",
-			ErrUnroutable, ret.Exchange, ret.RoutingKey, ret.ReplyCode, ret.ReplyText))
+			ErrNoRoute, ret.Exchange, ret.RoutingKey, ret.ReplyCode, ret.ReplyText))
 	}
 	return nil
 }

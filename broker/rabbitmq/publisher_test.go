@@ -180,8 +180,8 @@ func TestUnroutableIsPermanent(t *testing.T) {
 		switch {
 		case i%2 == 0 && err != nil:
 			t.Errorf("routed event %d: %v", i, err)
-		case i%2 == 1 && (!errors.As(err, &perm) || !errors.Is(err, rabbitmq.ErrUnroutable)):
-			t.Errorf("unroutable event %d: %v, want a permanent ErrUnroutable", i, err)
+		case i%2 == 1 && (!errors.As(err, &perm) || !errors.Is(err, rabbitmq.ErrNoRoute)):
+			t.Errorf("unroutable event %d: %v, want a permanent ErrNoRoute", i, err)
 		}
 	}
 	ids := queueIDs(t, ch, queue)

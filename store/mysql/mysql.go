@@ -155,10 +155,11 @@ func dialect(claim ClaimStrategy) (sqlstore.Dialect, error) {
 		Name:  "mysql",
 		Quote: quote,
 		// One equality on lane keeps the index in (created_at, event_id)
-		// order; see schema.sql.
-		Pending: "lane = 0",
-		Dead:    "lane = 3",
-		Done:    "lane = 1",
+		// order; see schema.sql. A row's lane is its status, but NEW and
+		// RETRY share NEW's.
+		Pending: "lane = " + sqlstore.StatusSQL(core.StatusNew),
+		Dead:    "lane = " + sqlstore.StatusSQL(core.StatusDead),
+		Done:    "lane = " + sqlstore.StatusSQL(core.StatusDone),
 		// The lane index serves the purge too; see schema.sql.
 		TerminalByCreated: true,
 		// The planner could prefer a table scan and a sort when most of the
@@ -167,7 +168,7 @@ func dialect(claim ClaimStrategy) (sqlstore.Dialect, error) {
 		LimitedWrites:     true,
 		MaxParams:         65535,
 		UpgradeOrdering:   upgradeOrdering,
-		NoReturning:       true,
+		Keys:              sqlstore.KeysLimited,
 		LockingRead:       "FOR UPDATE",
 		IsAlreadyExists:   isAlreadyExists,
 		IsUniqueViolation: isUniqueViolation,

@@ -9,7 +9,7 @@
 ALTER TABLE {{table}} ADD COLUMN seq BIGINT NULL;
 
 -- Promotion finds a key's next event by (key, seq). MySQL has no partial
--- indexes: every insert, ordered or not, adds an entry (docs/BENCHMARKS.md
+-- indexes: every insert, ordered or not, adds an entry (docs/ordered-delivery.md
 -- has what it costs).
 CREATE INDEX {{index:seq}} ON {{table}} (aggregate_type, aggregate_id, seq);
 

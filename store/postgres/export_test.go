@@ -27,3 +27,9 @@ func MarkStatement(s *Store, id string) sqlstore.Statement {
 	return sqlstore.Statement{Name: "mark", SQL: "UPDATE " + s.shared.Table() + " SET status = 1, done_at = now(), " +
 		"locked_by = NULL, locked_at = NULL WHERE event_id = $1 AND locked_by = $2 AND status IN (0, 2)", Args: []any{id, "explain"}}
 }
+
+// Channel is the NOTIFY channel of table, for the notification tests.
+func Channel(table string) string { return channel(table) }
+
+// IDBound is the event_id bound of time t, for the partition tests.
+func IDBound(t time.Time) string { return idBound(t) }

@@ -27,13 +27,13 @@ const maxChannel = 63
 // channelPrefix keeps the outbox's channels apart from the application's.
 const channelPrefix = "outbox:"
 
-// Channel returns the name of the NOTIFY channel of table: "outbox:" and the
+// channel returns the name of the NOTIFY channel of table: "outbox:" and the
 // table name as Store.Table returns it (schema-qualified when it has a
 // schema), so that two tables, in one schema or two, never share a channel.
 // A name longer than PostgreSQL's 63 bytes keeps its first 54 bytes followed
 // by "~" and 8 hexadecimal digits of a hash of the whole name. Table names
 // hold only [A-Za-z0-9_.], so the channel is safe to quote as an identifier.
-func Channel(table string) string {
+func channel(table string) string {
 	name := channelPrefix + table
 	if len(name) <= maxChannel {
 		return name
@@ -43,7 +43,7 @@ func Channel(table string) string {
 	return fmt.Sprintf("%s~%08x", name[:maxChannel-9], h.Sum32())
 }
 
-// NotifyInsert sends pg_notify on the table's channel (see Channel) in tx,
+// NotifyInsert sends pg_notify on the table's channel (see channel) in tx,
 // with an empty payload: PostgreSQL delivers it when tx commits, and
 // delivers identical notifications of one transaction once, so a
 // transaction that writes many times still wakes each listener once. It

@@ -117,10 +117,10 @@ type partitioner struct {
 
 func quote(s string) string { return `"` + s + `"` }
 
-// IDBound returns the ten-character event_id bound of time t: every ULID
+// idBound returns the ten-character event_id bound of time t: every ULID
 // made at or after t (to the millisecond) sorts at or after it, every ULID
 // made before t sorts before it.
-func IDBound(t time.Time) string {
+func idBound(t time.Time) string {
 	var id ulid.ULID
 	if err := id.SetTime(ulid.Timestamp(t)); err != nil {
 		// Beyond ULID time (year 10889): the top of the ULID space.
@@ -131,7 +131,7 @@ func IDBound(t time.Time) string {
 
 var boundRE = regexp.MustCompile(`^[0-7][0-9A-HJKMNP-TV-Z]{9}$`)
 
-// boundTime decodes a bound made by IDBound; ok is false for anything else.
+// boundTime decodes a bound made by idBound; ok is false for anything else.
 func boundTime(b string) (time.Time, bool) {
 	if !boundRE.MatchString(b) {
 		return time.Time{}, false
@@ -345,7 +345,7 @@ func (p *partitioner) ensure(ctx context.Context, db core.DBTX, now time.Time) (
 			return nil
 		}
 		if !hasBefore && last.IsZero() {
-			if err := create("pbefore", "FOR VALUES FROM (MINVALUE) TO ('"+IDBound(from)+"')"); err != nil {
+			if err := create("pbefore", "FOR VALUES FROM (MINVALUE) TO ('"+idBound(from)+"')"); err != nil {
 				return err
 			}
 		}
@@ -379,7 +379,7 @@ func (p *partitioner) ensure(ctx context.Context, db core.DBTX, now time.Time) (
 // moved, and the table attached.
 func (p *partitioner) createTimed(ctx context.Context, tx core.DBTX, from, to time.Time) error {
 	name := p.name(p.timedSuffix(from)).Quoted(quote)
-	lo, hi := IDBound(from), IDBound(to)
+	lo, hi := idBound(from), idBound(to)
 	bounds := "FOR VALUES FROM ('" + lo + "') TO ('" + hi + "')"
 	def := p.name("pdefault").Quoted(quote)
 	var stray bool
@@ -406,13 +406,14 @@ func (p *partitioner) createTimed(ctx context.Context, tx core.DBTX, from, to ti
 // busySQL is the check that a partition holds a row the row-by-row purge
 // would keep: each EXISTS walks one partial index of the partition.
 func busySQL(part string, keepDead bool) string {
-	dead := "SELECT 1 FROM " + part + " WHERE status = 3 AND (done_at IS NULL OR done_at >= $2)"
+	status := func(sts ...core.Status) string { return sqlstore.StatusSQL(sts...) }
+	dead := "SELECT 1 FROM " + part + " WHERE status = " + status(core.StatusDead) + " AND (done_at IS NULL OR done_at >= $2)"
 	if keepDead {
-		dead = "SELECT 1 FROM " + part + " WHERE status = 3 AND $2::timestamptz IS NULL"
+		dead = "SELECT 1 FROM " + part + " WHERE status = " + status(core.StatusDead) + " AND $2::timestamptz IS NULL"
 	}
-	return "SELECT EXISTS (SELECT 1 FROM " + part + " WHERE status IN (0, 2))" +
-		" OR EXISTS (SELECT 1 FROM " + part + " WHERE status = 4)" +
-		" OR EXISTS (SELECT 1 FROM " + part + " WHERE status = 1 AND done_at >= $1)" +
+	return "SELECT EXISTS (SELECT 1 FROM " + part + " WHERE status IN (" + status(core.StatusNew, core.StatusRetry) + "))" +
+		" OR EXISTS (SELECT 1 FROM " + part + " WHERE status = " + status(core.StatusWaiting) + ")" +
+		" OR EXISTS (SELECT 1 FROM " + part + " WHERE status = " + status(core.StatusDone) + " AND done_at >= $1)" +
 		" OR EXISTS (" + dead + ")"
 }
 

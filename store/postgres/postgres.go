@@ -15,7 +15,7 @@
 // ("app.outbox_event"); the schema must exist.
 //
 // The Store also wakes pollers across instances: as a core.InsertNotifier it
-// sends pg_notify on the table's channel (see Channel) in the transaction
+// sends pg_notify on the table's channel (see channel) in the transaction
 // that writes events no hot path delivers, and as a core.WakeSource it
 // LISTENs on that channel on a dedicated connection of the poller's pool.
 package postgres
@@ -71,7 +71,7 @@ type Config struct {
 // this module's stores in this dialect.
 type Store struct {
 	shared  *sqlstore.Store
-	channel string       // the NOTIFY channel of the table (Channel)
+	channel string       // the NOTIFY channel of the table (channel)
 	parts   *partitioner // nil: a plain table
 }
 
@@ -102,7 +102,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{shared: shared, channel: Channel(shared.Table()), parts: parts}, nil
+	return &Store{shared: shared, channel: channel(shared.Table()), parts: parts}, nil
 }
 
 // dialect returns the PostgreSQL dialect of the shared SQL store.
@@ -126,7 +126,7 @@ func dialect() sqlstore.Dialect {
 		MaxParams:         65535,
 		UpgradeOrdering:   upgradeOrdering,
 		ErrorAbortsTx:     true,
-		WritableCTE:       true,
+		Keys:              sqlstore.KeysWritableCTE,
 		LockingRead:       "FOR UPDATE",
 		IsUniqueViolation: isUniqueViolation,
 		IsRetryable:       isRetryable,

@@ -83,6 +83,7 @@ func dialect() sqlstore.Dialect {
 		MaxParams:         32766,
 		PadIDLists:        true,
 		UpgradeOrdering:   upgradeOrdering,
+		Keys:              sqlstore.KeysReturning,
 		IsAlreadyExists:   isDuplicateColumn,
 		IsUniqueViolation: isUniqueViolation,
 		IsRetryable:       isBusy,

@@ -19,7 +19,8 @@ import (
 type Checker struct {
 	mu         sync.Mutex
 	keys       map[string]*key
-	violations []string
+	violations []string // the first maxViolations
+	violated   int        // all of them
 	calls      int
 }
 
@@ -36,6 +37,7 @@ func New() *Checker { return &Checker{keys: map[string]*key{}} }
 const maxViolations = 100
 
 func (c *Checker) violate(format string, args ...any) {
+	c.violated++
 	if len(c.violations) < maxViolations {
 		c.violations = append(c.violations, fmt.Sprintf(format, args...))
 	}
@@ -96,7 +98,7 @@ func (c *Checker) Skip(k string, seq int64) {
 func (c *Checker) Violations() (int, []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.violations), append([]string(nil), c.violations...)
+	return c.violated, append([]string(nil), c.violations...)
 }
 
 // Calls returns how many calls started.

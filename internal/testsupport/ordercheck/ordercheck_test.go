@@ -43,6 +43,11 @@ func TestChecker(t *testing.T) {
 			c.Skip("k", 1)
 			c.Start("k", 2)
 		}, 0},
+		{"every violation counted", func(c *Checker) {
+			for s := int64(1); s <= 2*maxViolations; s++ {
+				c.Start("k", s+1)
+			}
+		}, 2 * maxViolations},
 		{"keys independent", func(c *Checker) {
 			c.Start("a", 1)
 			c.Start("b", 1)

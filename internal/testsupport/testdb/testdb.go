@@ -18,8 +18,11 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -250,6 +253,28 @@ func MySQLWith(cfg mysql.Config) func(t testing.TB) Target {
 	return func(t testing.TB) Target {
 		t.Helper()
 		open := server(t, "MySQL", MySQLEnv, exampleMySQLDSN, mysql.Open)
+		return newTarget(t, "mysql", open, cfg)
+	}
+}
+
+// MySQLWithSession is MySQLWith for pools whose every connection first sets
+// the session variables of vars (name to SQL expression, such as
+// "sql_mode" to "CONCAT(@@sql_mode, ',SIMULTANEOUS_ASSIGNMENT')"), for
+// running the suite under another server configuration.
+func MySQLWithSession(cfg mysql.Config, vars map[string]string) func(t testing.TB) Target {
+	return func(t testing.TB) Target {
+		t.Helper()
+		open := server(t, "MySQL", MySQLEnv, exampleMySQLDSN, func(dsn string) (*sql.DB, error) {
+			sep := "?"
+			if strings.Contains(dsn[strings.LastIndexByte(dsn, '/')+1:], "?") {
+				sep = "&"
+			}
+			for _, name := range slices.Sorted(maps.Keys(vars)) {
+				dsn += sep + name + "=" + url.QueryEscape(vars[name])
+				sep = "&"
+			}
+			return mysql.Open(dsn)
+		})
 		return newTarget(t, "mysql", open, cfg)
 	}
 }

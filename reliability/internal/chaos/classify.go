@@ -48,6 +48,10 @@ type Classification struct {
 	Kills       []KillReport
 	Explained   int
 	Unexplained []Delivery
+	// Gaps holds, for each explained duplicate, how long before its kill
+	// the killed process's delivery had finished: the time in which the
+	// delivery's outcome could have been written and was not.
+	Gaps []time.Duration
 }
 
 // Classify classifies the duplicates in ds against kills.
@@ -85,6 +89,7 @@ func Classify(ds []Delivery, kills []Kill) Classification {
 				at := kills[k].At
 				if !evs[i].Finished.After(at) && !later.Started.Before(at) {
 					c.Kills[k].Duplicates++
+					c.Gaps = append(c.Gaps, at.Sub(evs[i].Finished))
 					explained = true
 				}
 			}

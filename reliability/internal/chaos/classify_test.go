@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -51,6 +52,12 @@ func TestClassify(t *testing.T) {
 	}
 	if b.Recovery != 5500*time.Millisecond || len(b.Settled) != 0 {
 		t.Errorf("kill B: recovery %s, settled %v; want 5.5s, none", b.Recovery, b.Settled)
+	}
+	// The explained duplicates' deliveries finished 0.9 s (e1), 1.5 s (e3
+	// by A) and 4.9 s (e3 by B) before their kills.
+	gaps := slices.Sorted(slices.Values(c.Gaps))
+	if want := []time.Duration{900 * time.Millisecond, 1500 * time.Millisecond, 4900 * time.Millisecond}; !slices.Equal(gaps, want) {
+		t.Errorf("gaps %v, want %v", gaps, want)
 	}
 	if s := Summarize(ds); s.Events != 7 || s.Deliveries != 12 || s.Duplicated != 4 {
 		t.Errorf("summary %+v, want 7 events, 12 deliveries, 4 duplicated", s)

@@ -15,8 +15,10 @@
 // cleanly on SIGTERM or when its stdin closes (the supervisor died), printing
 // "stopped delivered=<n>". A writer prints "written=<n> retries=<n>
 // ambiguous=<n>" when it is done; so does a worker's writing, once it has
-// written -events events (0: no limit) or, sooner, on SIGUSR1. Errors go to
-// stderr; the exit status is 0 only after a clean run.
+// written -events events (0: no limit) or, sooner, on SIGUSR1. With
+// -time-done a process also prints "done-write <ordered|batch> <events>
+// <nanoseconds> <ok|failed>" after each DONE batch write of its dispatcher.
+// Errors go to stderr; the exit status is 0 only after a clean run.
 package main
 
 import (
@@ -64,6 +66,12 @@ type options struct {
 	// fails); skew is added to each event's OccurredAt.
 	keys, poisonKeys int
 	skew             time.Duration
+	// writer: with counters (a chaos.Counters table, keys > 0), each
+	// transaction writes 1 to 3 events of one key numbered by the key's
+	// counter, instead of perTx events of random keys.
+	counters string
+	// both: print every DONE batch write with its duration
+	timeDone bool
 
 	// writer
 	events, concurrency, perTx int
@@ -91,6 +99,8 @@ func main() {
 	flag.IntVar(&o.keys, "keys", 0, "write each event to one of this many keys at random, 0 for a key per event (writer)")
 	flag.IntVar(&o.poisonKeys, "poison-keys", 0, "keys whose events always fail (writer)")
 	flag.DurationVar(&o.skew, "skew", 0, "added to each event's OccurredAt, as a host with a wrong clock would (writer)")
+	flag.StringVar(&o.counters, "counters", "", "counters table: each transaction writes 1 to 3 events of one of -keys keys, numbered by the key's counter, which it locks (writer)")
+	flag.BoolVar(&o.timeDone, "time-done", false, "print each DONE batch write and its duration (worker)")
 	flag.IntVar(&o.events, "events", 1000, "events to write (writer)")
 	flag.IntVar(&o.concurrency, "concurrency", 4, "concurrent writing goroutines (writer)")
 	flag.IntVar(&o.perTx, "per-tx", 5, "events per business transaction (writer)")
@@ -133,6 +143,18 @@ func open(o options) (*sql.DB, store.SchemaManager, error) {
 	if err != nil {
 		_ = db.Close()
 		return nil, nil, err
+	}
+	if o.timeDone {
+		st = chaos.TimeDoneWrites(st, func(w chaos.DoneWrite) {
+			kind, outcome := "batch", "ok"
+			if w.Ordered {
+				kind = "ordered"
+			}
+			if w.Err != nil {
+				outcome = "failed"
+			}
+			fmt.Printf("done-write %s %d %d %s\n", kind, w.Events, w.Took.Nanoseconds(), outcome)
+		})
 	}
 	return db, st, nil
 }
@@ -252,6 +274,15 @@ func write(o options, db *sql.DB, w *core.Writer, stop <-chan struct{}) error {
 	if err != nil {
 		return err
 	}
+	var counters chaos.Counters
+	if o.counters != "" {
+		if o.keys <= 0 {
+			return errors.New("-counters needs -keys")
+		}
+		if counters, err = chaos.NewCounters(o.dialect, o.counters); err != nil {
+			return err
+		}
+	}
 	var (
 		next                        atomic.Int64 // events handed out so far
 		written, retries, ambiguous atomic.Int64
@@ -272,12 +303,24 @@ func write(o options, db *sql.DB, w *core.Writer, stop <-chan struct{}) error {
 		keyRNG := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid()*64+g)))
 		wg.Go(func() {
 			for {
-				n := int(next.Add(int64(o.perTx)))
-				first := n - o.perTx
+				perTx := o.perTx
+				var key string
+				if o.counters != "" {
+					// One key, and mostly one event: 2 or 3 in a fifth of
+					// the transactions.
+					key, perTx = fmt.Sprint(keyRNG.IntN(o.keys)), 1
+					if x := keyRNG.Float64(); x < 0.1 {
+						perTx = 2
+					} else if x < 0.2 {
+						perTx = 3
+					}
+				}
+				n := int(next.Add(int64(perTx)))
+				first := n - perTx
 				if stopped() || o.events > 0 && first >= o.events {
 					return
 				}
-				count := o.perTx
+				count := perTx
 				if o.events > 0 {
 					count = min(count, o.events-first)
 				}
@@ -287,6 +330,18 @@ func write(o options, db *sql.DB, w *core.Writer, stop <-chan struct{}) error {
 					if d := time.Until(due); d > 0 {
 						time.Sleep(d)
 					}
+				}
+				if o.counters != "" {
+					r, err := chaos.WriteCounted(txm, w, counters, key, count, o.skew)
+					retries.Add(int64(r))
+					if err != nil {
+						errMu.Lock()
+						firstErr = cmpErr(firstErr, err)
+						errMu.Unlock()
+						return
+					}
+					written.Add(int64(count))
+					continue
 				}
 				envs := make([]core.Envelope, count)
 				for i := range envs {

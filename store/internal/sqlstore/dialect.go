@@ -68,9 +68,6 @@ type Dialect struct {
 	// IsAlreadyExists reports a "duplicate column" or "duplicate index"
 	// error. Default: never.
 	IsAlreadyExists func(error) bool
-	// NoReturning: the database has no RETURNING (MySQL); the ordered
-	// statements read back what they changed with a second statement.
-	NoReturning bool
 	// LockingRead is appended to a SELECT that must read the latest
 	// committed row and lock it ("FOR UPDATE"); "" where the database
 	// locks the whole database for a write transaction (SQLite).
@@ -85,19 +82,17 @@ type Dialect struct {
 	// savepoint: after such an error it gives back the sequence numbers it
 	// took (see giveBack). Nil: a savepoint, unless ErrorAbortsTx.
 	KeepsTx func(error) bool
-	// WritableCTE: a WITH clause may hold INSERT ... RETURNING
-	// (PostgreSQL), so that an ordered write takes its keys' sequence
-	// numbers and inserts its events in one statement (see
-	// insertOrderedCTE).
-	WritableCTE bool
+	// Keys is the shape of the key statements of ordered delivery (see
+	// KeyStrategy). Default KeysReturning.
+	Keys KeyStrategy
 	// Quote quotes one identifier. Required.
 	Quote func(ident string) string
 	// Pending is the condition that selects rows waiting for delivery, written
-	// so the claim index applies. Default "status IN (0, 2)".
+	// so the claim index applies. Default: status NEW or RETRY.
 	Pending string
-	// Dead is the condition that selects DEAD rows. Default "status = 3".
+	// Dead is the condition that selects DEAD rows. Default: status DEAD.
 	Dead string
-	// Done is the condition that selects DONE rows. Default "status = 1".
+	// Done is the condition that selects DONE rows. Default: status DONE.
 	Done string
 	// Claim is the claim shape.
 	Claim ClaimStrategy
@@ -148,13 +143,13 @@ type Dialect struct {
 
 func (d *Dialect) withDefaults() {
 	if d.Pending == "" {
-		d.Pending = "status IN (0, 2)"
+		d.Pending = pendingStatus
 	}
 	if d.Dead == "" {
-		d.Dead = "status = 3"
+		d.Dead = "status = " + stDead
 	}
 	if d.Done == "" {
-		d.Done = "status = 1"
+		d.Done = "status = " + stDone
 	}
 	if d.InSubquery == "" {
 		d.InSubquery = "event_id IN (%s)"

@@ -54,16 +54,16 @@ func PlanStatements(s *Store, now time.Time) []Statement {
 	out = append(out, Statement{"purge", s.d.rebind(q), args})
 	// Promotion of the next events of a batch's keys: by (key, seq), through
 	// the seq index.
-	promote, read := s.promoteStmts(2)
+	promote, read := s.keys.promoteSQL(2)
 	pargs := []any{"explain", s.ts(now), "Order", "K", int64(2), "Order", "L", int64(5)}
 	out = append(out, Statement{"promote", promote, pargs})
-	if s.d.NoReturning {
+	if read != "" {
 		out = append(out, Statement{"promote-read", read, pargs})
 	}
 	return out
 }
 
-// KeyPlanStatements returns, for a dialect with Dialect.LimitedWrites, the
+// KeyPlanStatements returns, for a dialect with KeysLimited, the
 // statements of a DONE batch that finishes the first event of as many of
 // aggIDs (keys of aggType) as one statement names: the key UPDATE
 // ("key-advance") and the promotion of the keys' second events ("promote"),
@@ -72,7 +72,8 @@ func PlanStatements(s *Store, now time.Time) []Statement {
 // largest batch, whatever the table's statistics. Other dialects return
 // nil.
 func KeyPlanStatements(s *Store, aggType string, aggIDs []string, now time.Time) []Statement {
-	if !s.d.LimitedWrites {
+	k, ok := s.keys.(*limitedKeys)
+	if !ok {
 		return nil
 	}
 	now = now.UTC().Truncate(time.Microsecond)
@@ -80,11 +81,11 @@ func KeyPlanStatements(s *Store, aggType string, aggIDs []string, now time.Time)
 	for _, id := range aggIDs[:min(len(aggIDs), keyChunk)] {
 		runs = append(runs, seqRun{orderKey{aggType, id}, 0, 1})
 	}
-	q, args := s.moveKeysStmt(runs, now)
+	q, args := k.moveKeysStmt(runs, now)
 	pargs := []any{"explain", s.ts(now)}
 	for _, r := range runs {
 		pargs = append(pargs, r.key.aggType, r.key.aggID, r.to+1)
 	}
-	promote, _ := s.promoteStmts(len(runs))
+	promote, _ := k.promoteSQL(len(runs))
 	return []Statement{{"key-advance", q, args}, {"promote", promote, pargs}}
 }

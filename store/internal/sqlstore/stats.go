@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -19,8 +20,8 @@ func (s *Store) Stats(ctx context.Context, db core.DBTX) (core.Stats, error) {
 		dst   *int64
 		where string
 	}{
-		{&st.New, s.d.Pending + " AND status = 0"},
-		{&st.Retry, s.d.Pending + " AND status = 2"},
+		{&st.New, s.d.Pending + " AND status = " + stNew},
+		{&st.Retry, s.d.Pending + " AND status = " + stRetry},
 		{&st.Leased, s.d.Pending + " AND locked_by IS NOT NULL"},
 		{&st.Dead, s.d.Dead},
 		{&st.Done, s.d.Done},
@@ -122,3 +123,18 @@ func (s *Store) CountByType(ctx context.Context, db core.DBTX) ([]core.TypeCount
 }
 
 var _ core.Inspector = (*Store)(nil)
+
+// orderedStats counts the waiting events (from the key table: every
+// unfinished event of a key but its head waits) and the blocked keys.
+func (s *Store) orderedStats(ctx context.Context, db core.DBTX, st *core.Stats) error {
+	kt := s.table.KeyTable().Quoted(s.d.Quote)
+	err := db.QueryRowContext(ctx, "SELECT COALESCE(SUM(last_seq - done_seq - 1), 0) FROM "+kt+
+		" WHERE last_seq > done_seq").Scan(&st.Waiting)
+	if err != nil {
+		return fmt.Errorf("count waiting events: %w", err)
+	}
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*)"+s.blockedFrom()).Scan(&st.BlockedKeys); err != nil {
+		return fmt.Errorf("count blocked keys: %w", err)
+	}
+	return nil
+}

@@ -125,7 +125,7 @@ func TestCursor(t *testing.T) {
 			{at: 20 * ms, wantHead: true, wantSize: 100, failed: true},
 			{at: 40 * ms, wantHead: true, wantSize: 100},
 		}},
-		{"a head claim that took very long delays the next one by maxHeadGap at most", []step{
+		{"a head claim that took very long delays the next one by maxCostGap at most", []step{
 			{at: 0, wantHead: true, wantSize: 100, full: true, last: 1, took: 30 * time.Second},
 			{at: 59 * time.Second, wantFrom: 1, wantSize: 200, full: false, last: 2, took: ms},
 			{at: time.Minute, wantHead: true, wantSize: 100},
@@ -134,7 +134,7 @@ func TestCursor(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			c := newCursor(Config{BatchSize: 100, MaxBatchSize: 1000, Interval: 5 * time.Second})
+			c := newSchedule(Config{BatchSize: 100, MaxBatchSize: 1000, Interval: 5 * time.Second})
 			for i, s := range tt.steps {
 				now := t0.Add(s.at)
 				if s.rewind != 0 {
@@ -142,19 +142,19 @@ func TestCursor(t *testing.T) {
 					if s.mark != 0 {
 						from = row(s.mark)
 					}
-					c.markFrom(t0.Add(s.rewind), from)
+					c.wakeAt(t0.Add(s.rewind), from)
 				}
 				p := c.next(now)
 				want := time.Time{}
 				if !s.wantHead {
 					want = row(s.wantFrom)
 				}
-				if !p.from.Equal(want) || p.mark != s.wantMark || p.size != s.wantSize {
+				if !p.from.Equal(want) || p.behind() != s.wantMark || p.size != s.wantSize {
 					t.Fatalf("step %d: claim from %v (mark %v) size %d, want from %v (mark %v) size %d",
-						i, p.from, p.mark, p.size, want, s.wantMark, s.wantSize)
+						i, p.from, p.behind(), p.size, want, s.wantMark, s.wantSize)
 				}
 				if s.failed {
-					c.failed()
+					c.failed(now)
 					continue
 				}
 				var last, released time.Time
@@ -181,7 +181,7 @@ func TestCursor(t *testing.T) {
 // was full), whose creation time the cursor is told, within two seconds,
 // although the interval is an hour and claims from the oldest row cost
 // seconds (and so run a minute apart); and any released row within
-// maxHeadGap and two claims. (With one share for near and far marks, the
+// maxCostGap and two claims. (With one share for near and far marks, the
 // first bound was missed by up to 3.4 s; without marks it would be a
 // minute.)
 func TestCursorSimulation(t *testing.T) {
@@ -208,7 +208,7 @@ func simulateCursor(t *testing.T, rng *rand.Rand) {
 		i, _ := slices.BinarySearchFunc(rows, r.created, func(a *row, t time.Time) int { return a.created.Compare(t) })
 		rows = slices.Insert(rows, i, r)
 	}
-	c := newCursor(Config{BatchSize: 10, MaxBatchSize: 80, Interval: time.Hour})
+	c := newSchedule(Config{BatchSize: 10, MaxBatchSize: 80, Interval: time.Hour})
 	// The longest a released row waited for its claim, fresh or any.
 	var worstFresh, worst time.Duration
 	var costliest time.Duration
@@ -280,7 +280,7 @@ func simulateCursor(t *testing.T, rng *rand.Rand) {
 				r.leased = false
 				r.released = now
 				r.fresh = now.Sub(r.created) < time.Second
-				c.markFrom(now, r.created)
+				c.wakeAt(now, r.created)
 			}
 		default:
 		}
@@ -308,7 +308,7 @@ func simulateCursor(t *testing.T, rng *rand.Rand) {
 	if worstFresh > 2*time.Second {
 		t.Errorf("a row released at its write waited %v for its claim, want at most 2 s", worstFresh)
 	}
-	if limit := maxHeadGap + 2*costliest; worst > limit {
+	if limit := maxCostGap + 2*costliest; worst > limit {
 		t.Errorf("a released row waited %v for its claim, want at most %v", worst, limit)
 	}
 }

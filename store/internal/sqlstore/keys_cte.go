@@ -1,0 +1,252 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// cteKeys is the key strategy KeysWritableCTE (PostgreSQL): returningKeys,
+// whose takeSeqs and advance it keeps for the writes too large for one
+// statement and for DEAD outcomes, with data-modifying WITH clauses for the
+// common ordered write and the DONE batch, each then mostly one statement.
+type cteKeys struct {
+	returningKeys
+	insert1   string // insertSQL(1, 1), the common write
+	done      string // markDone
+	readByIDs string // markDone: the rows of an array of ids
+}
+
+func newCTEKeys(s *Store) *cteKeys {
+	k := &cteKeys{returningKeys: *newReturningKeys(s)}
+	k.insert1 = k.insertSQL(1, 1)
+	k.done = k.doneSQL()
+	k.readByIDs = s.d.rebind("SELECT " + columns + " FROM " + s.qt + " WHERE event_id = ANY (?::text[])")
+	return k
+}
+
+// insertAll implements keyStrategy with InsertOrdered in one statement, for
+// a write whose arguments fit in one: a data-modifying CTE
+// upserts the rows of keys (sorted) in one multi-row INSERT ... ON CONFLICT,
+// which locks them in that order until the transaction ends, as takeSeqs
+// does one at a time; the INSERT of the events then computes each one's seq
+// and status from the key rows it returns. Being one statement, it is
+// all-or-nothing without a transaction or savepoint of its own.
+//
+// A row of the events' VALUES carries, beside its columns, n, the number of
+// events of its key in the write (0 for an unordered event), and pos, its
+// position among them: its seq is last_seq - n + 1 + pos, and it is its
+// key's head, inserted NEW and leased like an unordered event, when pos is
+// 0 and done_seq was last_seq before the write.
+func (k *cteKeys) insertAll(ctx context.Context, db core.DBTX, envs []core.Envelope, keys []keyCount, opts core.InsertOptions) (core.InsertResult, bool, error) {
+	s := k.s
+	if 4*len(keys)+11*len(envs)+2 > s.d.MaxParams {
+		return core.InsertResult{}, false, nil
+	}
+	now := s.ts(time.Now())
+	args := make([]any, 0, 4*len(keys)+11*len(envs)+2)
+	count := make(map[orderKey]int, len(keys))
+	for _, kc := range keys {
+		args = append(args, kc.key.aggType, kc.key.aggID, kc.n, now)
+		count[kc.key] = kc.n
+	}
+	pos := make(map[orderKey]int, len(keys))
+	for _, env := range envs {
+		headers, err := encodeHeaders(env.RawHeaders())
+		if err != nil {
+			return core.InsertResult{}, false, err
+		}
+		payload := env.RawPayload()
+		if payload == nil {
+			payload = []byte{}
+		}
+		key := orderKey{env.AggregateType(), env.AggregateID()}
+		n, p := count[key], pos[key]
+		if n > 0 {
+			pos[key] = p + 1
+		}
+		args = append(args, env.ID(), env.Type(), env.AggregateType(), nullIfEmpty(env.AggregateID()),
+			nullIfEmpty(env.TenantID()), payload, headers, s.ts(env.AvailableAt()), s.ts(env.OccurredAt()), n, p)
+	}
+	var lockedBy, lockedAt any
+	if opts.LeaseOwner != "" {
+		lockedBy, lockedAt = opts.LeaseOwner, s.ts(opts.LeaseAt)
+	}
+	args = append(args, lockedBy, lockedAt)
+	q := k.insert1
+	if len(keys) != 1 || len(envs) != 1 {
+		q = k.insertSQL(len(keys), len(envs))
+	}
+
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return core.InsertResult{}, false, s.wrap("insert events", err)
+	}
+	defer rows.Close()
+	type got struct {
+		status core.Status
+		seq    int64
+	}
+	byID := make(map[string]got, len(envs))
+	for rows.Next() {
+		var id string
+		var g got
+		if err := rows.Scan(&id, &g.status, &g.seq); err != nil {
+			return core.InsertResult{}, false, s.wrap("insert events", err)
+		}
+		byID[id] = g
+	}
+	if err := rows.Err(); err != nil {
+		return core.InsertResult{}, false, s.wrap("insert events", err)
+	}
+	res := core.InsertResult{Seqs: make([]int64, len(envs))}
+	for i, env := range envs {
+		g, ok := byID[env.ID()]
+		if !ok {
+			continue
+		}
+		res.Seqs[i] = g.seq
+		if g.status == core.StatusWaiting {
+			res.Waiting = append(res.Waiting, env.ID())
+		}
+	}
+	return res, true, nil
+}
+
+// insertSQL returns the statement of insertAll for nkeys keys and
+// nenvs envelopes; arguments: each key's type, id, count and the time, each
+// envelope's columns then n and pos, and the lease owner and time of the
+// heads.
+func (k *cteKeys) insertSQL(nkeys, nenvs int) string {
+	s := k.s
+	var sb strings.Builder
+	sb.WriteString("WITH k AS (INSERT INTO " + s.table.KeyTable().Quoted(s.d.Quote) +
+		" AS k (aggregate_type, aggregate_id, last_seq, done_seq, updated_at) VALUES ")
+	for i := range nkeys {
+		if i > 0 {
+			sb.WriteString(", ")
+		}
+		sb.WriteString("(?, ?, ?, 0, ?)")
+	}
+	sb.WriteString(" ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_seq = k.last_seq + excluded.last_seq, " +
+		"updated_at = excluded.updated_at RETURNING aggregate_type, aggregate_id, last_seq, done_seq), " +
+		"v (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, available_at, created_at, n, pos) AS (VALUES ")
+	// The first row's casts type the columns of the VALUES list.
+	sb.WriteString("(?::text, ?::text, ?::text, ?::text, ?::text, ?::bytea, ?::text, ?::timestamptz, ?::timestamptz, ?::bigint, ?::bigint)")
+	for range nenvs - 1 {
+		sb.WriteString(", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	}
+	const head = "(k.last_seq IS NULL OR (v.pos = 0 AND k.done_seq = k.last_seq - v.n))"
+	sb.WriteString("), e AS (" + s.insertPrefix[:strings.Index(s.insertPrefix, " VALUES ")] +
+		" SELECT v.event_id, v.event_type, v.aggregate_type, v.aggregate_id, v.tenant_id, v.payload, v.headers, " +
+		"CASE WHEN " + head + " THEN " + stNew + " ELSE " + stWaiting + " END, 0, v.available_at, v.created_at, " +
+		"CASE WHEN " + head + " THEN ?::text END, CASE WHEN " + head + " THEN ?::timestamptz END, k.last_seq - v.n + 1 + v.pos " +
+		"FROM v LEFT JOIN k ON k.aggregate_type = v.aggregate_type AND k.aggregate_id = v.aggregate_id " +
+		"RETURNING event_id, status, seq) SELECT event_id, status, seq FROM e WHERE seq IS NOT NULL")
+	return s.d.rebind(sb.String())
+}
+
+// markDone implements keyStrategy with finish for DONE outcomes, then
+// advance, mostly in one statement instead of five. It marks the rows of
+// ids owner still leases DONE and, in data-modifying CTEs fed by the rows it
+// marked, locks their keys' rows in key order, moves each key from done_seq
+// through the run of finished seqs that follows it without a gap (runs found
+// as gaps-and-islands: seq minus its rank within the key is constant along a
+// run), and promotes each moved key's next event if the statement's
+// snapshot sees it WAITING. It returns how many rows it marked, and per
+// moved key its new done_seq, its last_seq and the id of the event it
+// promoted, if any.
+//
+// A key whose lock it waited for, held by a writer that then committed the
+// key's next event, shows that event in last_seq (the row's latest
+// version, which the lock returns) but not in the statement's snapshot: the
+// promotion of those keys' next events is a second statement, whose
+// snapshot sees it. The promoted events are read back (a third statement,
+// only when the first promoted some), to be delivered.
+func (k *cteKeys) markDone(ctx context.Context, tx core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
+	s := k.s
+	at := s.ts(now)
+	rows, err := tx.QueryContext(ctx, k.done, at, owner, ids, at, owner, at)
+	if err != nil {
+		return 0, nil, err
+	}
+	var n int64
+	var promotedIDs []string
+	promotedKeys := map[orderKey]bool{}
+	var next []seqRun // keys moved with events after done_seq, to done_seq
+	for rows.Next() {
+		var aggType, aggID, promoted sql.NullString
+		var count, done, last sql.NullInt64
+		if err := rows.Scan(&count, &aggType, &aggID, &done, &last, &promoted); err != nil {
+			rows.Close()
+			return 0, nil, err
+		}
+		key := orderKey{aggType.String, aggID.String}
+		switch {
+		case promoted.Valid: // a row of p
+			promotedIDs = append(promotedIDs, promoted.String)
+			promotedKeys[key] = true
+			continue
+		case count.Valid:
+			n = count.Int64
+		}
+		if done.Valid && last.Int64 > done.Int64 {
+			next = append(next, seqRun{key, done.Int64 - 1, done.Int64})
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return 0, nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return 0, nil, err
+	}
+	var behind []seqRun // keys whose next event the snapshot did not see
+	for _, r := range next {
+		if !promotedKeys[r.key] {
+			behind = append(behind, r)
+		}
+	}
+	var out []core.Event
+	if len(promotedIDs) > 0 {
+		evs, err := s.scanAll(tx.QueryContext(ctx, k.readByIDs, promotedIDs))
+		if err != nil {
+			return 0, nil, err
+		}
+		out = evs
+	}
+	if len(behind) > 0 {
+		evs, err := k.promote(ctx, tx, behind, owner, at)
+		if err != nil {
+			return 0, nil, err
+		}
+		out = append(out, evs...)
+	}
+	return n, out, nil
+}
+
+// doneSQL returns the statement of markDone; arguments: the DONE
+// time, the lease owner, the ids as an array, the time again for the key
+// rows, then the owner and time of the promoted events' lease.
+func (k *cteKeys) doneSQL() string {
+	s := k.s
+	kt := s.table.KeyTable().Quoted(s.d.Quote)
+	return s.d.rebind("WITH d AS (UPDATE " + s.qt + " SET status = " + stDone + ", done_at = ?, locked_by = NULL, locked_at = NULL " +
+		"WHERE locked_by = ? AND " + notTerminal + " AND event_id = ANY (?::text[]) RETURNING aggregate_type, aggregate_id, seq), " +
+		"f AS (SELECT aggregate_type, aggregate_id, seq, seq - row_number() OVER (PARTITION BY aggregate_type, aggregate_id ORDER BY seq) AS run " +
+		"FROM d WHERE seq IS NOT NULL AND aggregate_id IS NOT NULL), " +
+		"r AS (SELECT aggregate_type, aggregate_id, min(seq) - 1 AS from_seq, max(seq) AS to_seq FROM f GROUP BY aggregate_type, aggregate_id, run), " +
+		"l AS (SELECT k.aggregate_type, k.aggregate_id, r.from_seq, r.to_seq FROM " + kt + " k JOIN r ON k.aggregate_type = r.aggregate_type AND k.aggregate_id = r.aggregate_id " +
+		"ORDER BY k.aggregate_type, k.aggregate_id FOR UPDATE OF k), " +
+		"u AS (UPDATE " + kt + " k SET done_seq = l.to_seq, updated_at = ? FROM l " +
+		"WHERE k.aggregate_type = l.aggregate_type AND k.aggregate_id = l.aggregate_id AND k.done_seq = l.from_seq " +
+		"RETURNING k.aggregate_type, k.aggregate_id, k.done_seq, k.last_seq), " +
+		"p AS (UPDATE " + s.qt + " e SET status = " + stNew + ", locked_by = ?, locked_at = ? FROM u " +
+		"WHERE e.aggregate_type = u.aggregate_type AND e.aggregate_id = u.aggregate_id AND e.seq = u.done_seq + 1 AND e.status = " + stWaiting + " " +
+		"RETURNING e.event_id, e.aggregate_type, e.aggregate_id) " +
+		"SELECT (SELECT count(*) FROM d), u.aggregate_type, u.aggregate_id, u.done_seq, u.last_seq, NULL " +
+		"FROM (VALUES (1)) AS one LEFT JOIN u ON true " +
+		"UNION ALL SELECT NULL, aggregate_type, aggregate_id, NULL, NULL, event_id FROM p")
+}

@@ -1,0 +1,241 @@
+package sqlstore
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// MarkDoneOrdered implements core.OrderedStore: per 512 ids, in one READ
+// COMMITTED transaction (retried after a deadlock when db is a pool), the
+// key strategy's markDone: the DONE update of the rows of ids owner still
+// leases, then, per ordered key in key order, the key update and the
+// promotion of the key's next event.
+func (s *Store) MarkDoneOrdered(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
+	uniq := slices.Clone(ids)
+	slices.Sort(uniq)
+	uniq = slices.Compact(uniq)
+	var total int64
+	var promoted []core.Event
+	for chunk := range slices.Chunk(uniq, batchChunk) {
+		var n int64
+		var p []core.Event
+		err := s.retry(ctx, db, func() error {
+			return inTx(ctx, db, func(tx core.DBTX) error {
+				var err error
+				n, p, err = s.keys.markDone(ctx, tx, owner, chunk, now)
+				return err
+			})
+		})
+		if err != nil {
+			return total, promoted, s.wrap("mark done", err)
+		}
+		total += n
+		promoted = append(promoted, p...)
+	}
+	return total, promoted, nil
+}
+
+// MarkDeadOrdered implements core.OrderedStore: in one READ COMMITTED
+// transaction, finish with the DEAD update, which moves the event's key only
+// under core.DeadContinues.
+func (s *Store) MarkDeadOrdered(ctx context.Context, db core.DBTX, owner, id string, now time.Time, lastErr string) (bool, []core.Event, error) {
+	var n int64
+	var promoted []core.Event
+	err := s.retry(ctx, db, func() error {
+		return inTx(ctx, db, func(tx core.DBTX) error {
+			var err error
+			n, promoted, err = s.finish(ctx, tx, owner, []string{id}, now, deadSet,
+				[]any{s.ts(now), core.TruncateError(lastErr)},
+				func(aggType string) bool { p, _ := s.ordering.Ordered(aggType); return p == core.DeadContinues })
+			return err
+		})
+	})
+	if err != nil {
+		return false, nil, s.wrap("mark dead", err)
+	}
+	return n > 0, promoted, nil
+}
+
+// The SET clauses of finish.
+var (
+	doneSet = "status = " + stDone + ", done_at = ?, locked_by = NULL, locked_at = NULL"
+	deadSet = "status = " + stDead + ", attempts = attempts + 1, done_at = ?, last_error = ?, locked_by = NULL, locked_at = NULL"
+)
+
+// everyKey is the advance of finish that moves the key of every finished
+// ordered event.
+func everyKey(string) bool { return true }
+
+// finish sets set on the rows of ids (sorted, distinct) owner still leases,
+// after a locking read of them, and moves past each of them, with the key
+// strategy's advance, the keys of those that are ordered and whose
+// aggregate type advance accepts, promoting the keys' next events leased by
+// owner. It runs in tx, a transaction.
+func (s *Store) finish(ctx context.Context, tx core.DBTX, owner string, ids []string, now time.Time, set string, setArgs []any, advance func(aggType string) bool) (int64, []core.Event, error) {
+	q, args := s.inList("SELECT event_id, aggregate_type, aggregate_id, seq FROM "+s.qt+
+		" WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (", s.padIDs(ids), owner)
+	rows, err := tx.QueryContext(ctx, s.d.rebind(q+")"+lockingRead(s.d)), args...)
+	if err != nil {
+		return 0, nil, err
+	}
+	var held []string
+	var keys []finished
+	for rows.Next() {
+		var id, aggType string
+		var aggID sql.NullString
+		var seq sql.NullInt64
+		if err := rows.Scan(&id, &aggType, &aggID, &seq); err != nil {
+			rows.Close()
+			return 0, nil, err
+		}
+		held = append(held, id)
+		if seq.Valid && aggID.Valid && advance(aggType) {
+			keys = append(keys, finished{orderKey{aggType, aggID.String}, seq.Int64})
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return 0, nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return 0, nil, err
+	}
+	if len(held) == 0 {
+		return 0, nil, nil
+	}
+	q, args = s.inList("UPDATE "+s.qt+" SET "+set+" WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (",
+		s.padIDs(held), append(setArgs, owner)...)
+	res, err := tx.ExecContext(ctx, s.d.rebind(q+")"), args...)
+	if err != nil {
+		return 0, nil, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(keys) == 0 {
+		return n, nil, nil
+	}
+	slices.SortFunc(keys, func(a, b finished) int {
+		return cmp.Or(compareKeys(a.key, b.key), cmp.Compare(a.seq, b.seq))
+	})
+	promoted, err := s.keys.advance(ctx, tx, keys, owner, now)
+	return n, promoted, err
+}
+
+// keyChunk is the most keys one key statement of advance names. The key
+// UPDATE's CASE costs keys squared (each moved row tries the WHENs in turn:
+// 512 keys take four times as long in one statement as in chunks of 64 on
+// SQLite), and past a couple of hundred OR-ed keys MySQL and MariaDB stop
+// estimating each range (eq_range_index_dive_limit) and may scan the key
+// table, or drive the promotion's join from it and scan the events. Chunks
+// keep each statement a walk of its index, whatever the batch.
+const keyChunk = 64
+
+// keyPrefix returns the length of the longest prefix of fs, sorted by key,
+// that holds at most max keys.
+func keyPrefix(fs []finished, max int) int {
+	keys := 0
+	for i, f := range fs {
+		if i == 0 || f.key != fs[i-1].key {
+			if keys == max {
+				return i
+			}
+			keys++
+		}
+	}
+	return len(fs)
+}
+
+// promotionLease returns the lease promoted events get: owner at now, or
+// under ClaimUpdateThenSelect at a stamp of its own, by which the read-back
+// finds the rows its promotion leased; nil and nil without an owner.
+func (s *Store) promotionLease(owner string, now time.Time) (by, lockedAt any) {
+	if owner == "" {
+		return nil, nil
+	}
+	at := now
+	if s.d.Claim == ClaimUpdateThenSelect {
+		at = s.leases.next(now)
+	}
+	return owner, s.ts(at)
+}
+
+// seqRun is a key's move over finished events that follow each other
+// without a gap: from the seq before the first to the last.
+type seqRun struct {
+	key      orderKey
+	from, to int64
+}
+
+// promoteArgs returns the arguments of a promotion of the events after runs
+// (see keyStrategy.promoteSQL), its runs padded like padMoves.
+func (s *Store) promoteArgs(runs []seqRun, by, lockedAt any) []any {
+	idx := s.padMoves(len(runs))
+	args := make([]any, 0, 2+3*len(idx))
+	args = append(args, by, lockedAt)
+	for _, j := range idx {
+		args = append(args, runs[j].key.aggType, runs[j].key.aggID, runs[j].to+1)
+	}
+	return args
+}
+
+// nextEvents returns the condition "((aggregate_type = ? AND aggregate_id =
+// ? AND seq = ?) OR ...)" on n (key, seq) pairs, its columns prefixed by
+// alias.
+func nextEvents(alias string, n int) string {
+	one := "(" + alias + "aggregate_type = ? AND " + alias + "aggregate_id = ? AND " + alias + "seq = ?)"
+	return "(" + strings.TrimSuffix(strings.Repeat(one+" OR ", n), " OR ") + ")"
+}
+
+// keyMatch returns "(aggregate_type = ? AND aggregate_id = ?) OR ..." for
+// keys, padded like padMoves, and args followed by the keys' values.
+func (s *Store) keyMatch(keys []orderKey, args []any) (string, []any) {
+	var sb strings.Builder
+	for i, j := range s.padMoves(len(keys)) {
+		if i > 0 {
+			sb.WriteString(" OR ")
+		}
+		sb.WriteString("(aggregate_type = ? AND aggregate_id = ?)")
+		args = append(args, keys[j].aggType, keys[j].aggID)
+	}
+	return "(" + sb.String() + ")", args
+}
+
+// padMoves returns the indexes 0..n-1, padded with n-1 to a power of two
+// under Dialect.PadIDLists, so that the set-based key statements share a few
+// texts (see leasedBatch); a repeated key matches the same row again.
+func (s *Store) padMoves(n int) []int {
+	m := n
+	if p := nextPow2(n); s.d.PadIDLists && p > n {
+		m = p
+	}
+	out := make([]int, m)
+	for i := range out {
+		out[i] = min(i, n-1)
+	}
+	return out
+}
+
+// scanAll decodes rows into events; a row that cannot be decoded is an
+// error, as the events are to be delivered.
+func (s *Store) scanAll(rows *sql.Rows, err error) ([]core.Event, error) {
+	if err != nil {
+		return nil, err
+	}
+	evs, bad, err := scanEvents(rows)
+	if err != nil {
+		return nil, err
+	}
+	if len(bad) > 0 {
+		return nil, bad[0]
+	}
+	return evs, nil
+}
+
+var _ core.OrderedStore = (*Store)(nil)
