@@ -15,13 +15,16 @@ SOLO_MODULES := ./broker/kafka/kfaketest
 
 .PHONY: help
 help: ## List the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {n++; t[n] = $$1; d[n] = $$2; if (length($$1) > w) w = length($$1)} \
+		END {for (i = 1; i <= n; i++) printf "  %-" w "s  %s\n", t[i], d[i]}' $(MAKEFILE_LIST)
 
-# testsummary runs go test and ends with one line saying which databases
-# ran and which skipped and why (a package whose database tests all skipped
-# still prints ok). It is built, not run with go run, so that a failed test
-# run is not followed by go run's own "exit status" line.
+# testsummary runs go test and ends with one line saying which groups of
+# tests (databases, brokers, browser tests, promtool tests, ...) ran and
+# which skipped and why (a package whose tests all skipped still prints ok).
+# Its own tests run first. It is built, not run with go run, so that a
+# failed test run is not followed by go run's own "exit status" line.
 RUN_TESTS = @d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
+	$(GO) test -count=1 ./.ci/testsummary && \
 	$(GO) build -o "$$d/testsummary" .ci/testsummary/main.go && \
 	echo "$(GO) test $(1)" && "$$d/testsummary" -- $(GO) test $(1)
 # RUN_SOLO_TESTS runs go test with flags $(1) in each of SOLO_MODULES.
@@ -88,7 +91,7 @@ docs-check: ## Check README.md, docs/ and Go comments: no result dated by work i
 vet: ## go vet (every module, and the test runner in .ci, which ./... skips)
 	$(GO) vet $(PKGS)
 	@for m in $(SOLO_MODULES); do echo "(cd $$m && GOWORK=off $(GO) vet ./...)"; (cd $$m && GOWORK=off $(GO) vet ./...) || exit 1; done
-	$(GO) vet .ci/testsummary/main.go
+	$(GO) vet ./.ci/testsummary
 	$(GO) vet .ci/apilist/main.go
 
 # The public API of every package of every module, one file per package

@@ -151,6 +151,9 @@ type Config struct {
 // is New, Start, Close.
 type Outbox struct {
 	mode       Mode
+	store      core.Store
+	db         DB
+	log        zerolog.Logger
 	writer     *core.Writer
 	dispatcher *dispatch.Dispatcher
 	poller     *poller.Poller
@@ -175,7 +178,7 @@ func New(cfg Config) (*Outbox, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	o := &Outbox{mode: cfg.Mode}
+	o := &Outbox{mode: cfg.Mode, store: cfg.Store, db: cfg.DB, log: logging.Resolve(cfg.Logger, cfg.Slog)}
 	o.life = lifecycle.NewStaged(lifecycle.Stages{Final: o.closeComponents})
 	txCfg := cfg.Tx
 	txCfg.Logger, txCfg.Slog = loggersOr(txCfg.Logger, txCfg.Slog, cfg)
@@ -439,11 +442,21 @@ func (o *Outbox) Do(ctx context.Context, fn func(ctx context.Context) error) err
 	return o.txm.Do(ctx, fn)
 }
 
-// Start starts the dispatcher, then (with SingleActive) the election of the
-// active instance, then the poller, then the purger, and returns
-// at once. If one fails to start, those already started are closed and the
-// error is returned. It returns core.ErrAlreadyStarted when called twice and
-// core.ErrClosed after Close.
+// Start checks the outbox table, then starts the dispatcher, then (with
+// SingleActive) the election of the active instance, then the poller, then
+// the purger, and returns at once. If one fails to start, those already
+// started are closed and the error is returned. It returns
+// core.ErrAlreadyStarted when called twice and core.ErrClosed after Close.
+//
+// The check runs once, when the store can (core.SchemaChecker: the stores
+// of this module): a table that does not exist, or lacks what the store
+// reads and writes (a table at an older schema version), makes Start return
+// a *core.SchemaError, matching core.ErrSchema, that names the table and
+// the command or call that creates or migrates it; nothing is started, and
+// Start may be called again once the table is ready. A database that does
+// not answer the check within 10 s (a server that is down) is logged once,
+// with the driver's error, which names the host, and Start goes on: the
+// poller retries its claims with backoff until the server is back.
 //
 // Cancelling ctx stops every component, each on its own as its Close does,
 // and the Outbox then closes them as Close does; call Close in any case to
@@ -452,6 +465,9 @@ func (o *Outbox) Do(ctx context.Context, fn func(ctx context.Context) error) err
 // context that outlives your work, e.g. context.WithoutCancel(ctx), and
 // call Close.
 func (o *Outbox) Start(ctx context.Context) error {
+	if err := o.checkSchema(ctx); err != nil {
+		return fmt.Errorf("start outbox: %w", err)
+	}
 	return o.life.Start(ctx, func(context.Context) error {
 		var running []component
 		for _, c := range o.components() {
@@ -465,6 +481,36 @@ func (o *Outbox) Start(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// schemaCheckTimeout bounds Start's check of the table.
+const schemaCheckTimeout = 10 * time.Second
+
+// checkSchema is Start's check of the table: the store's SchemaError, or
+// nil, after logging any other failure of the check.
+func (o *Outbox) checkSchema(ctx context.Context) error {
+	c, ok := core.StoreAs[core.SchemaChecker](o.store)
+	if !ok {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, schemaCheckTimeout)
+	defer cancel()
+	err := c.CheckSchema(cctx, o.db)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, core.ErrSchema):
+		return err
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	table := "the outbox table"
+	if t, ok := core.StoreAs[interface{ Table() string }](o.store); ok {
+		table = "table " + t.Table()
+	}
+	o.log.Error().Err(err).Msg("outbox: start: could not check " + table + "; starting anyway: " +
+		"the poller retries with backoff until the database answers")
+	return nil
 }
 
 // component is the lifecycle every background component shares.

@@ -21,6 +21,14 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
+// DefaultInFlight is how many publishes each publisher asks to have in
+// flight at once (its InFlight method, core.AsyncListener): a dispatcher
+// whose Workers is left zero runs that many workers, so that a backlog
+// drains at the broker's pace and live events do not queue behind each
+// other's acknowledgements. Set dispatch.Config.Workers to choose another
+// number.
+const DefaultInFlight = 256
+
 // Headers every publisher sets on a message, beside the event's own headers.
 // The consumer helpers read the event id from HeaderEventID when the broker
 // has no field of its own for it.

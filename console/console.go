@@ -5,6 +5,14 @@
 // delete; with writes enabled it also replays one DEAD event, or all of
 // those matching a filter after a confirmation page.
 //
+// On a store with ordered delivery (core.Ordering) the pages mark each
+// ordered DEAD event: the DEAD head of a blocked key (its later events
+// wait), which can be replayed or, after a confirmation page, skipped; or
+// an event its key has moved past (skipped, or dead under DeadContinues),
+// which replaying would deliver out of its key's order. "Replay all"
+// replays the heads and the unordered events and leaves those out, and its
+// confirmation page lists them.
+//
 // # Mounting and security
 //
 // The console has no authentication of its own: mount it behind the
@@ -69,7 +77,8 @@ type Config struct {
 	// Table() string method, else "outbox".
 	Title string
 	// AllowWrites enables replaying DEAD events, one or all matching a
-	// filter. Default false: read-only, every POST is refused with 403.
+	// filter, and skipping the DEAD heads of blocked ordered keys. Default
+	// false: read-only, every POST is refused with 403.
 	AllowWrites bool
 	// ShowPayloads shows event payloads on the event page. Default false:
 	// payloads may carry personal data, and the page says they are hidden.
@@ -173,6 +182,8 @@ func (c *Console) routes() http.Handler {
 	mux.HandleFunc("GET /replay-all", c.replayAllConfirm)
 	mux.HandleFunc("POST /replay", c.write(c.replay))
 	mux.HandleFunc("POST /replay-all", c.write(c.replayAll))
+	mux.HandleFunc("GET /skip", c.skipConfirm)
+	mux.HandleFunc("POST /skip", c.write(c.skip))
 	mux.HandleFunc("GET /replay", func(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusMethodNotAllowed, "a replay is a POST: use the Replay button of the dead-event list")
 	})

@@ -127,6 +127,8 @@ type deadData struct {
 	Query template.URL
 	// DecodeError: some rows could not be decoded; the others are shown.
 	DecodeError string
+	// Marks says which ordered events are DEAD heads of blocked keys.
+	Marks deadMarks
 }
 
 // filter reads the type, aggregate and limit parameters.
@@ -193,9 +195,17 @@ func (c *Console) deadList(w http.ResponseWriter, r *http.Request) {
 		c.failErr(w, r, err)
 		return
 	}
+	// The heads among the first f.Limit DEAD events are among the first
+	// f.Limit heads: both lists are oldest first.
+	heads, err := c.heads(ctx, f, f.Limit)
+	if err != nil {
+		c.failErr(w, r, err)
+		return
+	}
 	events, err := c.dead.List(ctx, f)
 	d := deadData{EventType: f.EventType, AggregateType: f.AggregateType, Limit: f.Limit, Count: n,
-		Events: events, Query: template.URL(filterQuery(f).Encode())}
+		Events: events, Query: template.URL(filterQuery(f).Encode()),
+		Marks: deadMarks{Heads: heads, Ordered: len(c.ordering()) > 0}}
 	if err != nil {
 		if len(events) == 0 {
 			c.failErr(w, r, err)
@@ -220,7 +230,16 @@ func notice(q url.Values) string {
 		if err != nil {
 			return ""
 		}
-		return fmt.Sprintf("Replayed %d events: they are NEW again and will be delivered.", n)
+		s := fmt.Sprintf("Replayed %d events: they are NEW again and will be delivered.", n)
+		if left, err := strconv.ParseInt(q.Get("left-out"), 10, 64); err == nil && left > 0 {
+			s += fmt.Sprintf(" Left out %d ordered events their keys have moved past.", left)
+		}
+		return s
+	case q.Get("skipped") != "":
+		return fmt.Sprintf("Skipped %s: its key moved past it, and the key's next event is delivered; %s stays DEAD.",
+			q.Get("skipped"), q.Get("skipped"))
+	case q.Get("not-skipped") != "":
+		return fmt.Sprintf("%s was not skipped: it is not the DEAD head of a blocked key (any more).", q.Get("not-skipped"))
 	}
 	return ""
 }
@@ -229,6 +248,8 @@ func notice(q url.Values) string {
 
 type eventData struct {
 	Event        core.Event
+	Key          *core.BlockedKey // the blocked key Event is the DEAD head of, or nil
+	MovedPast    bool             // Event is an ordered DEAD event its key has moved past
 	Headers      []header
 	ShowPayloads bool
 	Payload      string
@@ -253,6 +274,11 @@ func (c *Console) event(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := eventData{Event: ev, ShowPayloads: c.cfg.ShowPayloads}
+	if d.Key, err = c.blockedKeyOf(r.Context(), ev); err != nil {
+		c.failErr(w, r, err)
+		return
+	}
+	d.MovedPast = d.Key == nil && ev.Status == core.StatusDead && ev.Seq != 0 && len(c.ordering()) > 0
 	hs := ev.RawHeaders()
 	for _, k := range slices.Sorted(maps.Keys(hs)) {
 		d.Headers = append(d.Headers, header{k, hs[k]})
@@ -321,8 +347,13 @@ func seeOther(w http.ResponseWriter, location string) {
 
 type replayAllData struct {
 	EventType, AggregateType string
-	Count                    int64
+	Count                    int64 // DEAD events matching the filter
 	Query                    template.URL
+	// Plan, on a store with ordered delivery, says which of them are
+	// replayed; nil: all of them.
+	Plan *replayPlan
+	// Confirmed is how many the form replays.
+	Confirmed int64
 }
 
 // replayAllConfirm shows how many events "replay all" would replay, and the
@@ -338,7 +369,16 @@ func (c *Console) replayAllConfirm(w http.ResponseWriter, r *http.Request) {
 		c.failErr(w, r, err)
 		return
 	}
-	d := replayAllData{EventType: f.EventType, AggregateType: f.AggregateType, Count: n, Query: template.URL(filterQuery(f).Encode())}
+	d := replayAllData{EventType: f.EventType, AggregateType: f.AggregateType, Count: n, Query: template.URL(filterQuery(f).Encode()),
+		Confirmed: n}
+	if ordering := c.ordering(); len(ordering) > 0 {
+		p, err := c.plan(r.Context(), f, ordering)
+		if err != nil {
+			c.failErr(w, r, err)
+			return
+		}
+		d.Plan, d.Confirmed = &p, p.Replayable()
+	}
 	c.render(w, r, http.StatusOK, "replay-all", page{Page: "dead", CSRF: c.csrfToken(w, r), Data: d})
 }
 
@@ -357,8 +397,19 @@ func (c *Console) replayAll(w http.ResponseWriter, r *http.Request) {
 		c.failErr(w, r, badParam("confirmed", "%q is not the number of events the confirmation page showed", s))
 		return
 	}
-	var n int64
-	if confirmed > 0 {
+	var n, leftOut int64
+	if ordering := c.ordering(); confirmed > 0 && len(ordering) > 0 {
+		// Ordered events the keys have moved past are left out.
+		p, err := c.plan(r.Context(), f, ordering)
+		if err == nil {
+			leftOut = p.LeftOut
+			n, err = c.replayPlanned(r.Context(), p, int64(confirmed))
+		}
+		if err != nil {
+			c.failErr(w, r, fmt.Errorf("%w (%d replayed before the error)", err, n))
+			return
+		}
+	} else if confirmed > 0 {
 		f.Limit = confirmed
 		n, err = c.dead.ReplayAll(r.Context(), f, nil)
 		if err != nil {
@@ -368,6 +419,9 @@ func (c *Console) replayAll(w http.ResponseWriter, r *http.Request) {
 	}
 	q := filterQuery(f)
 	q.Set("replayed-all", strconv.FormatInt(n, 10))
+	if leftOut > 0 {
+		q.Set("left-out", strconv.FormatInt(leftOut, 10))
+	}
 	seeOther(w, "dead?"+q.Encode())
 }
 

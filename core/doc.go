@@ -27,8 +27,8 @@
 //
 // # Optional capabilities
 //
-// A store, a Metrics, a WriterHook, a database handle or the poller's
-// handler may offer more than the interface it is handed as. The library
+// A store, a listener, a Metrics, a WriterHook, a database handle or the
+// poller's handler may offer more than the interface it is handed as. The library
 // finds each extra capability by type assertion, for a store with StoreAs
 // (which looks through a wrapper that implements StoreUnwrapper; the
 // migrations.Migrator asserts on its Source itself), and works without it,
@@ -42,6 +42,7 @@
 //	Inspector                  Store           postgres, mysql, sqlite     console, metrics/prometheus sampler (requires it), outboxctl
 //	Locker                     Store           postgres, mysql             purge: one purger at a time; outbox: SingleActive (requires
 //	                                                                       it), MultiNode purge; migrations.Migrator
+//	SchemaChecker              Store           postgres, mysql, sqlite     outbox.Start: refuses a missing or older table (SchemaError)
 //	InsertNotifier             Store           postgres                    Writer: pg_notify for events no hot path delivers
 //	WakeSource                 Store           postgres                    poller: LISTEN, a poll at once when others commit events
 //	purge.KeyPurger            Store           postgres, mysql, sqlite     purge: deletes idle key rows of ordered delivery
@@ -50,6 +51,7 @@
 //	migrations.Source          Store           postgres, mysql, sqlite     migrations.Migrator (requires it): versioned migrations
 //	migrations.ExistsReporter  Source          mysql, sqlite               migrations.Migrator: skips an ADD already applied
 //	StoreUnwrapper             Store           wrappers (outboxotel)       StoreAs: the wrapped store's capabilities stay visible
+//	AsyncListener              Listener        the broker publishers       dispatch: Workers left zero runs the largest InFlight
 //	LatencyMetrics             Metrics         metrics/prometheus,         dispatch, poller: duration histograms
 //	                                           outboxotel
 //	LeasingHook                WriterHook      the dispatcher's hook       Writer: inserts events leased by the hook's owner

@@ -14,8 +14,10 @@ var (
 	ErrInvalid = errors.New("outbox: invalid input")
 
 	// ErrNoTransaction is returned by Writer.Write when the context carries no
-	// transaction. Events must be written inside the business transaction.
-	ErrNoTransaction = errors.New("outbox: no transaction in context")
+	// transaction, and by Writer.WriteTx when given none (nil, or a pool).
+	// Events must be written inside the business transaction; the error's
+	// text names the ways to run in one.
+	ErrNoTransaction = errors.New("outbox: no transaction")
 
 	// ErrNotFound is returned by Store.Get when no row has the event id.
 	// The stores of this module also match sql.ErrNoRows, which Get returned

@@ -15,6 +15,22 @@ type Listener interface {
 	Handle(ctx context.Context, ev Event) error
 }
 
+// AsyncListener is the optional capability of a Listener that declares
+// itself asynchronous: each Handle hands the event to a remote system and
+// spends its time waiting for the acknowledgement (a broker publisher), not
+// on the CPU, so that many calls can usefully run at once. The dispatcher
+// finds it on the registered listeners: when its Workers is left zero, it
+// runs as many workers as the largest InFlight among them (at least its
+// default), so that such a listener reaches the remote system's pace
+// without tuning. A wrapper that adds behaviour around such a listener
+// should implement InFlight too, or the dispatcher keeps its default.
+type AsyncListener interface {
+	Listener
+	// InFlight returns how many Handle calls the listener wants running
+	// at once.
+	InFlight() int
+}
+
 // ListenerFunc adapts a function to Listener.
 type ListenerFunc func(ctx context.Context, ev Event) error
 
@@ -94,6 +110,22 @@ func (r *Registry) RegisterFallback(l Listener) error {
 	}
 	r.fallback = l
 	return nil
+}
+
+// Listeners returns every registered listener, the fallback included, in no
+// particular order; a listener registered for several pairs appears once
+// per pair.
+func (r *Registry) Listeners() []Listener {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]Listener, 0, len(r.routes)+1)
+	for _, l := range r.routes {
+		out = append(out, l)
+	}
+	if r.fallback != nil {
+		out = append(out, r.fallback)
+	}
+	return out
 }
 
 // Lookup returns the listener for (aggregateType, eventType), the fallback

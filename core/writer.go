@@ -165,10 +165,16 @@ func (w *Writer) Write(ctx context.Context, env Envelope) (string, error) {
 func (w *Writer) WriteAll(ctx context.Context, envs []Envelope) ([]string, error) {
 	tx, ok := TxFromContext(ctx)
 	if !ok {
-		return nil, ErrNoTransaction
+		return nil, errNoTxInContext
 	}
 	return w.write(ctx, tx, envs)
 }
+
+// errNoTxInContext is Write's error without a transaction in ctx: the
+// first error most new users meet, so it names every way out.
+var errNoTxInContext = fmt.Errorf("%w in ctx: events are written in the business transaction; "+
+	"call Write inside ob.Do(ctx, fn) (outbox.Outbox.Do) or txctx.Manager.Do (pgxtx.Manager.Do on pgx, "+
+	"or your ORM integration's transaction), or pass your transaction to Writer.WriteTx(ctx, tx, env)", ErrNoTransaction)
 
 // WriteTx writes one envelope in the explicit transaction tx. See WriteAllTx.
 func (w *Writer) WriteTx(ctx context.Context, tx DBTX, env Envelope) (string, error) {
@@ -180,23 +186,36 @@ func (w *Writer) WriteTx(ctx context.Context, tx DBTX, env Envelope) (string, er
 }
 
 // WriteAllTx writes envs in the explicit transaction tx (a *sql.Tx, *sqlx.Tx or
-// a core.Tx). A pool or connection is refused with ErrNoTransaction, because
-// the events would commit on their own. A bun.Tx is refused with an error
+// a core.Tx). A nil tx, and a pool or connection, are refused with
+// ErrNoTransaction (the latter because the events would commit on their own). A bun.Tx is refused with an error
 // matching ErrInvalid, because Bun rewrites the SQL it runs: pass its *sql.Tx
 // (bunTx.Tx) instead. After-commit hooks run only when tx
 // is a core.Tx (see package txctx); with a plain *sql.Tx the events are left
 // for the poller.
 func (w *Writer) WriteAllTx(ctx context.Context, tx DBTX, envs []Envelope) ([]string, error) {
-	if tx == nil {
-		return nil, ErrNoTransaction
+	if isNil(tx) {
+		return nil, fmt.Errorf("%w: WriteTx got a nil transaction (%T): pass the *sql.Tx (or *sqlx.Tx, core.Tx) "+
+			"your code began and will commit, or call Write inside ob.Do(ctx, fn) or txctx.Manager.Do, which begin one", ErrNoTransaction, tx)
 	}
 	if _, isPool := tx.(TxBeginner); isPool {
-		return nil, fmt.Errorf("%w: got a connection pool or connection, not a transaction", ErrNoTransaction)
+		return nil, fmt.Errorf("%w: WriteTx got a connection pool or connection (%T), not a transaction, "+
+			"so the events would commit on their own: begin a transaction (db.BeginTx) and pass it, "+
+			"or call Write inside ob.Do(ctx, fn) or txctx.Manager.Do", ErrNoTransaction, tx)
 	}
 	if err := checkForeignTx(tx); err != nil {
 		return nil, err
 	}
 	return w.write(ctx, tx, envs)
+}
+
+// isNil reports whether tx is nil or a nil pointer (a *sql.Tx variable
+// never assigned), which would otherwise panic at the first statement.
+func isNil(tx DBTX) bool {
+	if tx == nil {
+		return true
+	}
+	v := reflect.ValueOf(tx)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // bunPackage is the import path of the Bun ORM. Its handles (bun.Tx, *bun.DB,

@@ -216,14 +216,36 @@ func TestWriterRejectsBadInput(t *testing.T) {
 	t.Parallel()
 	tg, w, m := setup(t, nil)
 	ctx := context.Background()
-	if _, err := w.Write(ctx, mustEnv(t, "no-tx")); !errors.Is(err, core.ErrNoTransaction) {
-		t.Errorf("outside a transaction: %v", err)
+	// Each error without a transaction matches ErrNoTransaction and says
+	// what went wrong and the ways out.
+	var nilTx *sql.Tx
+	for _, tc := range []struct {
+		name  string
+		write func() (string, error)
+		want  []string
+	}{
+		{"outside a transaction", func() (string, error) { return w.Write(ctx, mustEnv(t, "no-tx")) },
+			[]string{"no transaction in ctx", "ob.Do", "txctx.Manager.Do", "WriteTx"}},
+		{"pool as transaction", func() (string, error) { return w.WriteTx(ctx, tg.DB, mustEnv(t, "pool")) },
+			[]string{"WriteTx got a connection pool or connection (*sql.DB)", "BeginTx", "ob.Do"}},
+		{"nil transaction", func() (string, error) { return w.WriteTx(ctx, nil, mustEnv(t, "nil")) },
+			[]string{"WriteTx got a nil transaction", "*sql.Tx", "ob.Do", "txctx.Manager.Do"}},
+		{"nil *sql.Tx", func() (string, error) { return w.WriteTx(ctx, nilTx, mustEnv(t, "nil-sql-tx")) },
+			[]string{"WriteTx got a nil transaction (*sql.Tx)", "ob.Do"}},
+	} {
+		_, err := tc.write()
+		if !errors.Is(err, core.ErrNoTransaction) {
+			t.Errorf("%s: %v, want ErrNoTransaction", tc.name, err)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not say %q", tc.name, err, w)
+			}
+		}
 	}
-	if _, err := w.WriteTx(ctx, tg.DB, mustEnv(t, "pool")); !errors.Is(err, core.ErrNoTransaction) {
-		t.Errorf("pool as transaction: %v", err)
-	}
-	if _, err := w.WriteTx(ctx, nil, mustEnv(t, "nil")); !errors.Is(err, core.ErrNoTransaction) {
-		t.Errorf("nil transaction: %v", err)
+	if _, err := w.WriteTx(ctx, nil, mustEnv(t, "nil")); err != nil && strings.Contains(err.Error(), "in ctx") {
+		t.Errorf("nil transaction has Write's message: %v", err)
 	}
 	err := m.Do(ctx, func(ctx context.Context) error {
 		if _, err := w.WriteAll(ctx, []core.Envelope{mustEnv(t, "ok"), {}}); !errors.Is(err, core.ErrInvalid) {

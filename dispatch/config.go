@@ -57,7 +57,15 @@ type Config struct {
 	// delivery that outlives its lease may be delivered again elsewhere.
 	// Default 30s (core.DefaultLeaseTimeout, which says why).
 	LeaseTimeout time.Duration
-	// Workers is the number of events processed concurrently. Default 4.
+	// Workers is the number of events processed concurrently: the
+	// listener calls in flight at once. Default 4, or, when a registered
+	// listener declares itself asynchronous (core.AsyncListener: the
+	// broker publishers, which wait on the broker's acknowledgement), the
+	// largest InFlight among them (the publishers ask for 256), chosen at
+	// Start from the listeners registered by then (Dispatcher.Workers
+	// says which). However many workers there are, at most 32 write an
+	// outcome at once (each on a connection of DB); DONE outcomes in
+	// batches take none of these.
 	Workers int
 	// HotQueueSize bounds the queue fed after commit. Default 1000.
 	HotQueueSize int

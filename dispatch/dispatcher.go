@@ -47,6 +47,12 @@ type Dispatcher struct {
 	workers  sync.WaitGroup
 	retrying chan struct{} // closed when the release retry goroutine has exited
 
+	// autoWorkers: Config.Workers was zero, and Start sizes the workers to
+	// the registered listeners (see Workers); nworkers is what it chose.
+	autoWorkers bool
+	nworkers    atomic.Int64
+	writeSlots  chan struct{} // see maxWorkerWrites
+
 	stopWrites, stopRenew chan struct{}  // closed at shutdown to stop retryWrites, renewLeases
 	writers, renewers     sync.WaitGroup // retryWrites, renewLeases
 }
@@ -55,6 +61,7 @@ type Dispatcher struct {
 // Start to begin delivering them. Bad configuration returns an error matching
 // core.ErrInvalid.
 func New(cfg Config) (*Dispatcher, error) {
+	auto := cfg.Workers == 0
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -72,6 +79,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		stopWrites: make(chan struct{}),
 		stopRenew:  make(chan struct{}),
 	}
+	d.autoWorkers, d.writeSlots = auto, make(chan struct{}, maxWorkerWrites)
 	d.inflight.lease, d.inflight.now = cfg.LeaseTimeout, cfg.Now
 	d.renewer, _ = core.StoreAs[core.LeaseRenewer](cfg.Store)
 	if o, ok := core.StoreAs[core.OrderedStore](cfg.Store); ok && len(o.Ordering()) > 0 {
@@ -132,6 +140,30 @@ func (d *Dispatcher) Owner() string { return d.owner }
 // with the same one; poller.New takes it from here.
 func (d *Dispatcher) LeaseTimeout() time.Duration { return d.cfg.LeaseTimeout }
 
+// maxAutoWorkers caps the workers an asynchronous listener's InFlight asks
+// for.
+const maxAutoWorkers = 4096
+
+// Workers returns the number of workers: Config.Workers when it was set;
+// otherwise the number Start chose, or would choose now before Start:
+// DefaultWorkers, or the largest InFlight of the registered listeners that
+// are core.AsyncListeners (the broker publishers), at most 4096.
+func (d *Dispatcher) Workers() int {
+	if n := d.nworkers.Load(); n > 0 {
+		return int(n)
+	}
+	if !d.autoWorkers {
+		return d.cfg.Workers
+	}
+	n := DefaultWorkers
+	for _, l := range d.cfg.Registry.Listeners() {
+		if a, ok := l.(core.AsyncListener); ok {
+			n = max(n, min(a.InFlight(), maxAutoWorkers))
+		}
+	}
+	return n
+}
+
 // Start launches the workers and returns at once. It returns
 // core.ErrAlreadyStarted if the dispatcher was started before and
 // core.ErrClosed after Close. Cancelling ctx shuts the dispatcher down as
@@ -142,7 +174,9 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		if d.batch != nil {
 			go d.batch.run(work) // owned: AfterHardStop waits on d.batch.done
 		}
-		for range d.cfg.Workers {
+		n := d.Workers()
+		d.nworkers.Store(int64(n))
+		for range n {
 			d.workers.Go(func() { d.work(work) })
 		}
 		// Owned: AfterHardStop stops and waits for both.

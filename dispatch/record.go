@@ -40,7 +40,7 @@ func (d *Dispatcher) record(ctx context.Context, e *entry, ev core.Event, res ou
 			return
 		}
 		d.cfg.Metrics.DispatchDead()
-		d.eventLog(d.log.Error(), ev).Err(err).Msg("outbox event is unroutable; marked DEAD")
+		d.deadLog(ev).Err(err).Msg("outbox event is unroutable; marked DEAD" + d.deadKeyNote(ev))
 		d.write(ctx, writeOp{e: e, kind: writeDead, at: now, lastErr: core.TruncateError(err.Error())})
 
 	case ctx.Err() != nil && !errors.As(err, &perm):
@@ -70,7 +70,7 @@ func (d *Dispatcher) record(ctx context.Context, e *entry, ev core.Event, res ou
 				return
 			}
 			d.cfg.Metrics.DispatchDead()
-			d.eventLog(d.log.Error(), ev).Err(err).Int("attempts", attempts).Msg("outbox event failed; marked DEAD")
+			d.deadLog(ev).Err(err).Int("attempts", attempts).Msg("outbox event failed; marked DEAD" + d.deadKeyNote(ev))
 			d.write(ctx, writeOp{e: e, kind: writeDead, at: now, lastErr: core.TruncateError(err.Error())})
 			return
 		}
@@ -92,6 +92,30 @@ func (d *Dispatcher) writable(e *entry, ev core.Event, s entryState) bool {
 	}
 	d.eventLog(d.log.Warn(), ev).Msg("outbox lease lost during delivery (renewal found another owner or a terminal row); no outcome written")
 	return false
+}
+
+// deadLog starts the ERROR line of an event marked DEAD; an ordered
+// event's line names its key.
+func (d *Dispatcher) deadLog(ev core.Event) *zerolog.Event {
+	e := d.eventLog(d.log.Error(), ev)
+	if ev.Seq != 0 {
+		e = e.Str("aggregate_id", ev.AggregateID()).Int64("seq", ev.Seq)
+	}
+	return e
+}
+
+// deadKeyNote is what the DEAD of ev does to its key, for the end of its
+// log line: "" for an unordered event.
+func (d *Dispatcher) deadKeyNote(ev core.Event) string {
+	if ev.Seq == 0 || d.ordered == nil {
+		return ""
+	}
+	key := ev.AggregateType() + "/" + ev.AggregateID()
+	if p, _ := d.ordered.Ordering().Ordered(ev.AggregateType()); p == core.DeadContinues {
+		return "; its key " + key + " moves on to its next event (DeadContinues)"
+	}
+	return "; its key " + key + " is now blocked: the key's later events wait until this one is replayed " +
+		"or skipped (outboxctl dead blocked, dead replay ID, dead skip ID)"
 }
 
 func (d *Dispatcher) eventLog(e *zerolog.Event, ev core.Event) *zerolog.Event {

@@ -62,10 +62,22 @@ type writeOp struct {
 	lastErr string    // RETRY, DEAD
 }
 
+// maxWorkerWrites bounds the write-backs workers make at once, each on a
+// connection of the pool: with hundreds of workers (an asynchronous
+// listener's InFlight, see Config.Workers) a burst of failures, a broker
+// going down, would otherwise open as many connections as there are
+// workers, beyond what the database accepts, and starve the application's
+// own queries. DONE outcomes in batches are written by one goroutine and
+// take no slot.
+const maxWorkerWrites = 32
+
 // write makes the first attempt at op and keeps it for the retry goroutine
-// if it fails.
+// if it fails. It waits for one of maxWorkerWrites slots.
 func (d *Dispatcher) write(ctx context.Context, op writeOp) {
-	if failed := d.apply(ctx, []writeOp{op}); len(failed) > 0 {
+	d.writeSlots <- struct{}{}
+	failed := d.apply(ctx, []writeOp{op})
+	<-d.writeSlots
+	if len(failed) > 0 {
 		d.pending.keep(d, failed)
 	}
 }

@@ -3,10 +3,12 @@
 // line when the go test flags include -v), one package at a time as each
 // finishes, so that packages running in parallel do not interleave. It ends
 // with a count of passed, failed and skipped tests per package, one line
-// saying which databases the tests ran against and which they skipped, and
-// why (a package whose database tests all skipped prints "ok" like one whose
-// tests ran; that line tells them apart), and the totals. It exits with go
-// test's status.
+// saying which groups of tests ran and which skipped, and why: the
+// databases and brokers the tests need, the tools and browsers some of them
+// need (browser tests, promtool tests), the runs that are opt-in, and any
+// other test that skipped for want of something in its environment (a
+// package whose tests all skipped prints "ok" like one whose tests ran; that
+// line tells them apart), and the totals. It exits with go test's status.
 //
 // Usage (the Makefile's test target): testsummary -- go test [flags] [packages]
 package main
@@ -17,8 +19,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -41,6 +45,33 @@ type database struct {
 	ran       int    // tests that ran and name it (see record)
 	skips     int    // tests that skipped for want of it
 	skipped   string // why, from the first skip seen
+}
+
+// group is a set of tests that need something besides a database: a tool,
+// a browser, or a variable that opts in to a long run. Its tests are those
+// of a package (pkg, a suffix of the import path), or only those whose
+// top-level name is test.
+type group struct {
+	name, pkg, test string
+	ran, skips      int
+	skipped         string // why, from the first skip seen
+}
+
+// groups are the known groups, in the order the summary names them.
+func groups() []*group {
+	return []*group{
+		{name: "browser tests", pkg: "/console/browsertest"},
+		{name: "promtool tests", pkg: "/metrics/prometheus", test: "TestAlertRules"},
+		{name: "JetStream cluster run", pkg: "/broker/jetstream", test: "TestClusterNodeKilledDuringDrain"},
+	}
+}
+
+func (g *group) has(e event) bool {
+	if !strings.HasSuffix(e.Package, g.pkg) {
+		return false
+	}
+	top, _, _ := strings.Cut(e.Test, "/")
+	return g.test == "" || top == g.test
 }
 
 func main() {
@@ -68,7 +99,8 @@ func main() {
 		// The brokers: their tests are those of the broker module of that
 		// name (package .../broker/jetstream, .../broker/rabbitmq).
 		{name: "jetstream", env: "OUTBOX_NATS_URL"}, {name: "rabbitmq", env: "OUTBOX_AMQP_URL"}}
-	pkgs := filter(out, os.Stdout, verbose, dbs)
+	tally := &tally{dbs: dbs, groups: groups()}
+	pkgs := filter(out, os.Stdout, verbose, tally)
 	status := 0
 	if err := cmd.Wait(); err != nil {
 		status = 1
@@ -82,7 +114,7 @@ func main() {
 		fmt.Printf("%-4s %-60s %s\n", p.result, p.name, p.counts)
 		total.add(p.counts)
 	}
-	fmt.Println(summary(dbs))
+	fmt.Println(tally.summary())
 	fmt.Println("tests:", total)
 	os.Exit(status)
 }
@@ -110,22 +142,22 @@ type pkgResult struct {
 // verbose, otherwise package results, build errors and the output of each
 // top-level test that failed (with its subtests), as plain go test shows
 // them. A package's output is held until the package finishes, then written
-// in one block. It records in dbs which databases tests ran against or
-// skipped, and returns each package's result in the order they finished.
-func filter(r io.Reader, w io.Writer, verbose bool, dbs []*database) []pkgResult {
+// in one block. It records in tl which groups of tests ran or skipped, and
+// returns each package's result in the order they finished.
+func filter(r io.Reader, w io.Writer, verbose bool, tl *tally) []pkgResult {
 	var (
 		groups  = map[string][]string{} // package + top-level test -> its output so far
 		tests   = map[string][]string{} // package + test -> its own output, for skip reasons
 		pending = map[string][]string{} // package -> output held until it finishes
-		tallies = map[string]*counts{}
+		perPkg  = map[string]*counts{}
 		results []pkgResult
 	)
 	emit := func(pkg, text string) { pending[pkg] = append(pending[pkg], text) }
-	tally := func(pkg string) *counts {
-		if tallies[pkg] == nil {
-			tallies[pkg] = &counts{}
+	pkgCounts := func(pkg string) *counts {
+		if perPkg[pkg] == nil {
+			perPkg[pkg] = &counts{}
 		}
-		return tallies[pkg]
+		return perPkg[pkg]
 	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
@@ -146,10 +178,22 @@ func filter(r io.Reader, w io.Writer, verbose bool, dbs []*database) []pkgResult
 					emit(e.Package, e.Output)
 				}
 			case "pass", "fail", "skip":
+				if e.Action == "fail" && !verbose {
+					// Tests that never finished (go test's timeout panic
+					// ends the binary): their output, the panic's
+					// included, would otherwise be lost.
+					for _, key := range slices.Sorted(maps.Keys(groups)) {
+						if strings.HasPrefix(key, e.Package+" ") {
+							emit(e.Package, fmt.Sprintf("=== unfinished: %s\n%s", strings.TrimPrefix(key, e.Package+" "),
+								strings.Join(groups[key], "")))
+							delete(groups, key)
+						}
+					}
+				}
 				fmt.Fprint(w, strings.Join(pending[e.Package], ""))
 				delete(pending, e.Package)
 				result := map[string]string{"pass": "ok", "fail": "FAIL", "skip": "?"}[e.Action]
-				results = append(results, pkgResult{name: e.Package, result: result, counts: *tally(e.Package)})
+				results = append(results, pkgResult{name: e.Package, result: result, counts: *pkgCounts(e.Package)})
 			}
 			continue
 		}
@@ -164,9 +208,9 @@ func filter(r io.Reader, w io.Writer, verbose bool, dbs []*database) []pkgResult
 				groups[gkey] = append(groups[gkey], e.Output)
 			}
 		case "pass", "fail", "skip":
-			record(dbs, e, tests[tkey])
+			tl.record(e, tests[tkey])
 			delete(tests, tkey)
-			c := tally(e.Package)
+			c := pkgCounts(e.Package)
 			switch e.Action {
 			case "pass":
 				c.passed++
@@ -186,7 +230,7 @@ func filter(r io.Reader, w io.Writer, verbose bool, dbs []*database) []pkgResult
 	// A package that never reported (go test was killed): show what it said.
 	for pkg, out := range pending {
 		fmt.Fprint(w, strings.Join(out, ""))
-		results = append(results, pkgResult{name: pkg, result: "FAIL", counts: *tally(pkg)})
+		results = append(results, pkgResult{name: pkg, result: "FAIL", counts: *pkgCounts(pkg)})
 	}
 	return results
 }
@@ -203,17 +247,37 @@ func quiet(line string) bool {
 	return false
 }
 
-// record counts a finished test towards the database it names: a skip
-// that names the database's variable (testdb says which one to set, or that
-// its server was unreachable), or a test that ran and is the database's: a
-// segment of its name is the dialect (testdb.ForEach names subtests so) or
-// it is in that dialect's store package.
-func record(dbs []*database, e event, output []string) {
+// tally records which groups of tests ran and which skipped.
+type tally struct {
+	dbs    []*database
+	groups []*group
+	// others are the tests that skipped for want of something in their
+	// environment and belong to no database or group, by package.
+	others      map[string]*group
+	othersOrder []string
+}
+
+// envSkip matches the reasons of skips for want of something in the
+// environment: a variable to set, a program to install or find, a server
+// that does not answer. Skips for other reasons (a store without a
+// capability, a helper process) are by design, and not reported.
+var envSkip = regexp.MustCompile(`(?i)\bset [A-Z][A-Z0-9_]*|not found|not installed|install |on PATH|unreachable|does not answer|no /proc`)
+
+// record counts a finished test towards the database it names (a skip
+// that names the database's variable, which testdb says to set, or that its
+// server was unreachable; or a test that ran and is the database's: a
+// segment of its name is the dialect, as testdb.ForEach names subtests, or
+// it is in that dialect's store package), towards the group it belongs to,
+// or, when it skipped for want of something in its environment, towards
+// its package's entry among the others.
+func (tl *tally) record(e event, output []string) {
 	text := strings.Join(output, "")
-	for _, db := range dbs {
+	counted := false
+	for _, db := range tl.dbs {
 		switch {
 		case e.Action == "skip" && db.env != "" && strings.Contains(text, db.env):
 			db.skips++
+			counted = true
 			if db.skipped == "" {
 				db.skipped = "set " + db.env
 				if strings.Contains(text, "unreachable") {
@@ -224,6 +288,63 @@ func record(dbs []*database, e event, output []string) {
 			db.ran++
 		}
 	}
+	if counted {
+		return
+	}
+	for _, g := range tl.groups {
+		if g.has(e) {
+			g.count(e, text)
+			return
+		}
+	}
+	if e.Action != "skip" || !envSkip.MatchString(text) {
+		return
+	}
+	pkg := strings.TrimPrefix(e.Package, "github.com/outboxkit/outbox/")
+	if tl.others == nil {
+		tl.others = map[string]*group{}
+	}
+	g := tl.others[pkg]
+	if g == nil {
+		g = &group{name: pkg}
+		tl.others[pkg] = g
+		tl.othersOrder = append(tl.othersOrder, pkg)
+	}
+	g.count(e, text)
+}
+
+// count counts a finished test of g.
+func (g *group) count(e event, text string) {
+	if e.Action != "skip" {
+		g.ran++
+		return
+	}
+	g.skips++
+	if g.skipped == "" {
+		g.skipped = skipReason(text)
+	}
+}
+
+// skipReason returns the message of a skipped test's output: its last
+// line that is not go test's own, without the file:line prefix.
+func skipReason(text string) string {
+	reason := ""
+	for line := range strings.SplitSeq(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "=== ") || strings.HasPrefix(line, "--- ") {
+			continue
+		}
+		if i := strings.Index(line, ".go:"); i >= 0 {
+			if j := strings.Index(line[i:], ": "); j >= 0 {
+				line = line[i+j+2:]
+			}
+		}
+		reason = line
+	}
+	if reason == "" {
+		return "no reason given"
+	}
+	return reason
 }
 
 func names(e event, dialect string) bool {
@@ -238,18 +359,19 @@ func names(e event, dialect string) bool {
 	return false
 }
 
-// summary is the last line, e.g. "databases: sqlite ran; postgres ran;
-// mysql skipped 40 tests (set OUTBOX_MYSQL_DSN)". A server database counts
-// as ran only when no test skipped for want of it, its variable is set, and
-// some test that names it ran: some tests of the store packages need no
-// server, so their passing alone proves nothing.
-func summary(dbs []*database) string {
-	parts := make([]string, 0, len(dbs))
-	for _, db := range dbs {
+// summary is the last line but one, e.g. "groups: sqlite ran; postgres
+// ran; mysql skipped 40 tests (set OUTBOX_MYSQL_DSN); ...; browser tests
+// skipped 3 tests (no Chromium on PATH ...); promtool tests ran". A server
+// database counts as ran only when no test skipped for want of it, its
+// variable is set, and some test that names it ran: some tests of the
+// store packages need no server, so their passing alone proves nothing.
+func (tl *tally) summary() string {
+	var parts []string
+	for _, db := range tl.dbs {
 		var s string
 		switch {
 		case db.skips > 0:
-			s = fmt.Sprintf("%s skipped %d tests (%s)", db.name, db.skips, db.skipped)
+			s = fmt.Sprintf("%s skipped %s (%s)", db.name, tests(db.skips), db.skipped)
 		case db.ran > 0 && (db.env == "" || os.Getenv(db.env) != ""):
 			s = db.name + " ran"
 		default:
@@ -257,5 +379,29 @@ func summary(dbs []*database) string {
 		}
 		parts = append(parts, s)
 	}
-	return "databases: " + strings.Join(parts, "; ")
+	gs := tl.groups
+	for _, pkg := range tl.othersOrder {
+		gs = append(gs, tl.others[pkg])
+	}
+	for _, g := range gs {
+		var s string
+		switch {
+		case g.skips > 0:
+			s = fmt.Sprintf("%s skipped %s (%s)", g.name, tests(g.skips), g.skipped)
+		case g.ran > 0:
+			s = g.name + " ran"
+		default:
+			s = g.name + " not used by these packages"
+		}
+		parts = append(parts, s)
+	}
+	return "groups: " + strings.Join(parts, "; ")
+}
+
+// tests is "1 test" or "N tests".
+func tests(n int) string {
+	if n == 1 {
+		return "1 test"
+	}
+	return fmt.Sprintf("%d tests", n)
 }

@@ -7,6 +7,11 @@
 //
 //	go run ./bench/brokerbench                 # both brokers, SQLite outbox
 //	go run ./bench/brokerbench -broker jetstream -db postgres -n 50000
+//	go run ./bench/brokerbench -defaults       # the outbox as a user who sets nothing runs it
+//
+// -defaults leaves the dispatcher and poller configuration zero, so that
+// the publisher's InFlight (core.AsyncListener) sizes the workers; run it
+// alternately with -workers 256 (the tuned figures) to compare.
 //
 // The raw loop publishes the very messages the publisher would send for the
 // same events (-raw-bare: payload and dedupe id only). A second row runs the
@@ -41,6 +46,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/broker"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
 	"github.com/outboxkit/outbox/internal/procstat"
@@ -64,7 +70,30 @@ var (
 	flagRawBare = flag.Bool("raw-bare", false, "raw loop: publish bare messages (payload and dedupe id only) instead of the publisher's own messages")
 	flagNATSPID = flag.Int("nats-pid", 0, "pid of the nats-server whose CPU time to report; 0 finds the only process named nats-server, -1 reports none")
 	flagAMQPPID = flag.Int("rabbitmq-pid", 0, "pid of the RabbitMQ server (beam.smp) whose CPU time to report; 0 finds the only one, -1 reports none")
+	flagDefault = flag.Bool("defaults", false, "run the outbox at the library's defaults, as a user who sets nothing: no Workers, queue "+
+		"sizes or poller settings (-workers and -poll-batch are ignored); the publisher's InFlight sizes the workers")
 )
+
+// workers is the number of publishes in flight: -workers, or with
+// -defaults what the dispatcher chooses for l.
+func workers(l core.Listener) int {
+	if !*flagDefault {
+		return *flagWorkers
+	}
+	if a, ok := l.(core.AsyncListener); ok {
+		return max(dispatch.DefaultWorkers, a.InFlight())
+	}
+	return dispatch.DefaultWorkers
+}
+
+// asyncFunc is a listener function that keeps the InFlight of the
+// publisher it wraps, so that the dispatcher sizes its workers for it.
+type asyncFunc struct {
+	core.ListenerFunc
+	n int
+}
+
+func (a asyncFunc) InFlight() int { return a.n }
 
 // target is one broker: a raw loop, and a listener that publishes to it.
 type target interface {
@@ -90,8 +119,12 @@ func main() {
 	if *flagRawBare {
 		raw = "bare messages"
 	}
-	fmt.Printf("outbox to broker: %d events, %d workers, poll batch %d, %s outbox, raw loop of %s, GOMAXPROCS %d, %d CPUs, load average %s, %s\n\n",
-		*flagN, *flagWorkers, *flagBatch, *flagDB, raw, runtime.GOMAXPROCS(0), runtime.NumCPU(), procstat.LoadAvg(), time.Now().UTC().Format(time.RFC3339))
+	settings := fmt.Sprintf("%d workers, poll batch %d, cold queue %d", *flagWorkers, *flagBatch, 4**flagBatch)
+	if *flagDefault {
+		settings = "the library's defaults (workers from the publisher's InFlight, poller and queues at their defaults)"
+	}
+	fmt.Printf("outbox to broker: %d events, %s, %s outbox, raw loop of %s, GOMAXPROCS %d, %d CPUs, load average %s, %s\n\n",
+		*flagN, settings, *flagDB, raw, runtime.GOMAXPROCS(0), runtime.NumCPU(), procstat.LoadAvg(), time.Now().UTC().Format(time.RFC3339))
 	fmt.Println("| broker | run | msgs/s | ratio | per round | commit-to-ack p50 ms | p99 ms | max ms | CPU µs/msg bench / server (/ PostgreSQL backends) | claims (events each) |")
 	fmt.Println("|---|---|---:|---:|---|---:|---:|---:|---|---|")
 	failed := false
@@ -178,7 +211,7 @@ func measure(ctx context.Context, tg target, payload []byte) (string, error) {
 		}
 		c0 = meter.read()
 		start = time.Now()
-		if err := publishAlone(ctx, tg.Listener(), evs, *flagWorkers); err != nil {
+		if err := publishAlone(ctx, tg.Listener(), evs, workers(tg.Listener())); err != nil {
 			return "", fmt.Errorf("publisher alone: %w", err)
 		}
 		d = time.Since(start)
@@ -221,7 +254,7 @@ func measure(ctx context.Context, tg target, payload []byte) (string, error) {
 	ob := float64(total) / obTotal.Seconds()
 	fmt.Printf("| %s | raw async publish | %.0f | 1.00 | %s | | | | %s | |\n", tg.Name(), raw, rates(rawRates), rawCPU.perMsg(total))
 	pub := float64(total) / pubTotal.Seconds()
-	fmt.Printf("| %s | publisher alone, %d concurrent calls, no outbox | %.0f | %.2f | %s | | | | %s | |\n", tg.Name(), *flagWorkers, pub, pub/raw,
+	fmt.Printf("| %s | publisher alone, %d concurrent calls, no outbox | %.0f | %.2f | %s | | | | %s | |\n", tg.Name(), workers(tg.Listener()), pub, pub/raw,
 		rates(pubRates), pubCPU.perMsg(total))
 	slices.Sort(lat)
 	fmt.Printf("| %s | outbox backlog drain | %.0f | %.2f | %s | %s | %s | %s | %s | %s |\n", tg.Name(), ob, ob/raw, rates(obRates),
@@ -404,15 +437,24 @@ func outboxRun(ctx context.Context, tg target, meter cpuMeter, payload []byte, l
 		}
 		return nil
 	})
+	var registered core.Listener = listener
+	if a, ok := tg.Listener().(core.AsyncListener); ok {
+		// The no-op drain too: the outbox's ceiling at the same workers.
+		registered = asyncFunc{listener, a.InFlight()}
+	}
 	reg := core.NewRegistry()
-	if err := reg.RegisterFallback(listener); err != nil {
+	if err := reg.RegisterFallback(registered); err != nil {
 		return runResult{}, err
 	}
 	counted := &claimCounter{Store: st}
-	ob, err := outbox.New(outbox.Config{DB: db, Store: counted, Registry: reg,
+	cfg := outbox.Config{DB: db, Store: counted, Registry: reg,
 		Dispatch: dispatch.Config{Workers: *flagWorkers, ColdQueueSize: 4 * *flagBatch},
 		Poller:   poller.Config{BatchSize: *flagBatch, Interval: time.Second},
-	})
+	}
+	if *flagDefault {
+		cfg.Dispatch, cfg.Poller = dispatch.Config{}, poller.Config{}
+	}
+	ob, err := outbox.New(cfg)
 	if err != nil {
 		return runResult{}, err
 	}
@@ -440,6 +482,9 @@ func outboxRun(ctx context.Context, tg target, meter cpuMeter, payload []byte, l
 		return runResult{}, err
 	}
 	defer ob.Close(context.WithoutCancel(ctx))
+	if want := workers(tg.Listener()); ob.Dispatcher().Workers() != want {
+		return runResult{}, fmt.Errorf("the dispatcher runs %d workers, want %d", ob.Dispatcher().Workers(), want)
+	}
 	if err := waitAcked(int64(*flagN), 10*time.Minute); err != nil {
 		return runResult{}, fmt.Errorf("drain: %w", err)
 	}
@@ -531,8 +576,12 @@ func openOutbox(ctx context.Context) (*sql.DB, testdb.Store, func(), error) {
 		if err == nil {
 			// Connections stay open, so that their backends' CPU is
 			// counted to the end of a run.
-			db.SetMaxOpenConns(*flagWorkers/4 + 8)
-			db.SetMaxIdleConns(*flagWorkers/4 + 8)
+			n := *flagWorkers
+			if *flagDefault {
+				n = broker.DefaultInFlight
+			}
+			db.SetMaxOpenConns(n/4 + 8)
+			db.SetMaxIdleConns(n/4 + 8)
 			st, err = postgres.New(postgres.Config{Table: table})
 		}
 	default:

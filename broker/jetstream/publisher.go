@@ -126,7 +126,12 @@ type pubReq struct {
 	ready chan struct{} // closed once f or err is set
 }
 
-var _ core.Listener = (*Publisher)(nil)
+var _ core.AsyncListener = (*Publisher)(nil)
+
+// InFlight implements core.AsyncListener: broker.DefaultInFlight, or one
+// less than Config.MaxPending when that is smaller, so that a dispatcher
+// left at its default Workers runs that many publishes at once.
+func (p *Publisher) InFlight() int { return max(1, min(broker.DefaultInFlight, p.cfg.MaxPending-1)) }
 
 // New returns a publisher on cfg.Conn. It returns an error matching
 // core.ErrInvalid for a bad Config.

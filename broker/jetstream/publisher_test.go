@@ -116,6 +116,23 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
+// TestInFlight: the publisher declares itself asynchronous, so that a
+// dispatcher left at its default Workers runs broker.DefaultInFlight
+// publishes at once, fewer when MaxPending leaves less room.
+func TestInFlight(t *testing.T) {
+	nc := &nats.Conn{} // New connects nothing
+	for pending, want := range map[int]int{0: broker.DefaultInFlight, 100: 99, 2: 1} {
+		var l core.Listener = newPublisher(t, outboxjs.Config{Conn: nc, MaxPending: pending})
+		a, ok := l.(core.AsyncListener)
+		if !ok {
+			t.Fatal("the publisher is not a core.AsyncListener")
+		}
+		if got := a.InFlight(); got != want {
+			t.Errorf("MaxPending %d: InFlight %d, want %d", pending, got, want)
+		}
+	}
+}
+
 func TestPublishMessage(t *testing.T) {
 	t.Parallel()
 	nc, js := connect(t, testbroker.NATSURL(t))

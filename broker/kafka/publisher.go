@@ -99,7 +99,11 @@ type Publisher struct {
 	cfg Config
 }
 
-var _ core.Listener = (*Publisher)(nil)
+var _ core.AsyncListener = (*Publisher)(nil)
+
+// InFlight implements core.AsyncListener: broker.DefaultInFlight, so that a
+// dispatcher left at its default Workers runs that many publishes at once.
+func (p *Publisher) InFlight() int { return broker.DefaultInFlight }
 
 // New returns a publisher on cfg.Client. It returns an error matching
 // core.ErrInvalid for a bad Config.

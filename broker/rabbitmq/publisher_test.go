@@ -114,6 +114,20 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
+// TestInFlight: the publisher declares itself asynchronous, so that a
+// dispatcher left at its default Workers runs broker.DefaultInFlight
+// publishes at once.
+func TestInFlight(t *testing.T) {
+	p, err := rabbitmq.New(rabbitmq.Config{URL: "amqp://guest:guest@127.0.0.1:1/"}) // connects nothing
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l core.Listener = p
+	if a, ok := l.(core.AsyncListener); !ok || a.InFlight() != broker.DefaultInFlight {
+		t.Errorf("AsyncListener %v; want InFlight %d", ok, broker.DefaultInFlight)
+	}
+}
+
 func TestPublishMessage(t *testing.T) {
 	t.Parallel()
 	u := amqpURL(t)

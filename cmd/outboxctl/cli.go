@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -47,8 +49,9 @@ Commands:
   help [COMMAND]                              this text, or a command's flags
 
 Global flags (also accepted after the command):
-  --dsn DSN       postgres://..., mysql://user:pass@tcp(host:port)/db, sqlite://path
-                  or file:path (default $OUTBOX_DSN)
+  --dsn DSN       postgres://user:pass@host:5432/db (or host=... dbname=...),
+                  user:pass@tcp(host:3306)/db (or mysql://user:pass@tcp(...)/db),
+                  sqlite://path, file:path or a path (default $OUTBOX_DSN)
   --table NAME    outbox table (default $OUTBOX_TABLE, else outbox_event)
   --timeout D     give up after D, e.g. 10m (default: no limit; Ctrl-C stops);
                   every duration D takes days too: 7d, 1d12h, 36h, 90m
@@ -248,10 +251,34 @@ func (a *app) help(args []string) error {
 		return nil
 	}
 	if _, ok := commandHelp[name]; !ok {
-		return usagef("help: unknown command %q", name)
+		// A command with subcommands (dead, migrate, partitions): the
+		// usage line of each.
+		var subs []string
+		for _, k := range slices.Sorted(maps.Keys(commandHelp)) {
+			if strings.HasPrefix(k, name+" ") {
+				subs = append(subs, "  "+commandHelp[k])
+			}
+		}
+		if len(subs) == 0 {
+			return usagef("help: unknown command %q (want one of: %s)", name, strings.Join(commandNames(), ", "))
+		}
+		fmt.Fprintf(a.stdout, "Usage:\n%s\n\n'outboxctl help %s SUBCOMMAND' shows a subcommand's flags.\n",
+			strings.Join(subs, "\n"), name)
+		return nil
 	}
 	// The command's own -h prints its flags.
 	return a.dispatch(context.Background(), append(args, "-h"))
+}
+
+// commandNames returns the commands help takes, without their
+// subcommands, sorted.
+func commandNames() []string {
+	seen := map[string]bool{}
+	for k := range commandHelp {
+		cmd, _, _ := strings.Cut(k, " ")
+		seen[cmd] = true
+	}
+	return slices.Sorted(maps.Keys(seen))
 }
 
 // flags is a command's flag set and its usage line.

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/dsn"
 	"github.com/outboxkit/outbox/store"
 	"github.com/outboxkit/outbox/store/migrations"
 	"github.com/outboxkit/outbox/store/mysql"
@@ -28,56 +29,17 @@ const (
 )
 
 // parseDSN returns the dialect a DSN names and what its driver (or, for
-// SQLite, sqlite.Open) takes.
-func parseDSN(dsn string) (dialect, conn string, err error) {
-	lower := strings.ToLower(dsn)
-	switch {
-	case dsn == "":
-		return "", "", usagef("no database: set --dsn or OUTBOX_DSN")
-	case strings.HasPrefix(lower, "postgres://"), strings.HasPrefix(lower, "postgresql://"):
-		return dialectPostgres, dsn, nil
-	case strings.HasPrefix(lower, "mysql://"):
-		conn = dsn[len("mysql://"):]
-		if conn == "" {
-			return "", "", usagef("mysql DSN is empty after mysql://")
-		}
-		if fixed, ok := mysqlAddress(conn); !ok {
-			return "", "", usagef("mysql DSN %q: go-sql-driver/mysql wants the address as tcp(host:port) or unix(/path), e.g. mysql://%s",
-				redact(dsn), redact(fixed))
-		}
-		return dialectMySQL, conn, nil
-	case strings.HasPrefix(lower, "sqlite://"):
-		conn = dsn[len("sqlite://"):]
-	case strings.HasPrefix(lower, "file:"):
-		conn = strings.TrimPrefix(dsn[len("file:"):], "//") // file:///abs/path
-	default:
-		return "", "", usagef("DSN %q: unknown scheme; want postgres://, postgresql://, mysql://, sqlite:// or file:",
-			redact(dsn))
+// SQLite, sqlite.Open) takes. It reads the forms every Open of the library
+// reads (package internal/dsn).
+func parseDSN(s string) (dialect, conn string, err error) {
+	if s == "" {
+		return "", "", usagef("no database: set --dsn or OUTBOX_DSN (%s)", dsn.Forms)
 	}
-	if strings.ContainsAny(conn, "?#") {
-		return "", "", usagef("sqlite DSN %q: parameters are not supported; outboxctl sets the pragmas it needs", dsn)
+	d, err := dsn.Parse(s)
+	if err != nil {
+		return "", "", usagef("--dsn %v", err)
 	}
-	if conn == "" {
-		return "", "", usagef("sqlite DSN %q has no path", dsn)
-	}
-	return dialectSQLite, conn, nil
-}
-
-// mysqlAddress reports whether the address of a go-sql-driver/mysql DSN
-// ([user[:pass]@][net(addr)]/db) names its protocol, and if not, the DSN
-// with the address wrapped in tcp(...). An empty address (the driver's
-// default, 127.0.0.1:3306) is fine.
-func mysqlAddress(conn string) (fixed string, ok bool) {
-	at := strings.LastIndex(conn, "@")
-	rest := conn[at+1:]
-	slash := strings.IndexByte(rest, '/')
-	if paren := strings.IndexByte(rest, '('); paren >= 0 && (slash < 0 || paren < slash) {
-		return conn, true // net(addr): the path of unix(/path) may hold slashes
-	}
-	if slash <= 0 {
-		return conn, true // the default address, or no database part (the driver says what is wrong)
-	}
-	return conn[:at+1] + "tcp(" + rest[:slash] + ")" + rest[slash:], false
+	return string(d.Dialect), d.Conn, nil
 }
 
 // hint returns advice for an error a user can fix on the command line, or
@@ -90,25 +52,9 @@ func hint(err error, table string) string {
 		errors.As(err, &myErr) && myErr.Number == 1146,
 		strings.Contains(err.Error(), "no such table"):
 		return fmt.Sprintf("the table %q does not exist in this database: check --table (or $OUTBOX_TABLE) "+
-			"and the database the DSN names; 'outboxctl schema' prints the DDL that creates it", table)
+			"and the database the DSN names; 'outboxctl migrate up' creates it ('outboxctl schema' prints its DDL)", table)
 	}
 	return ""
-}
-
-// redact hides a password in a DSN for error messages.
-func redact(dsn string) string {
-	at := strings.LastIndex(dsn, "@")
-	if at < 0 {
-		return dsn
-	}
-	start := strings.Index(dsn, "://") + 3
-	if start < 3 {
-		start = 0
-	}
-	if colon := strings.Index(dsn[start:at], ":"); colon >= 0 {
-		return dsn[:start+colon+1] + "xxx" + dsn[at:]
-	}
-	return dsn
 }
 
 // opsStore is what outboxctl needs of a store.
@@ -194,6 +140,11 @@ func (a *app) open(ctx context.Context) (*session, error) {
 		// sqlite.Open would create a missing file: a typo must not look
 		// like an empty outbox.
 		if _, serr := os.Stat(conn); serr != nil {
+			if !strings.Contains(strings.ToLower(a.g.dsn), ":") {
+				// A DSN without a scheme reads as a SQLite path: say so, in
+				// case it was meant as another database's.
+				serr = fmt.Errorf("%w (a --dsn without a scheme is a SQLite file path; the forms are %s)", serr, dsn.Forms)
+			}
 			return nil, fmt.Errorf("sqlite database: %w", serr)
 		}
 		db, err = sqlite.Open(conn)

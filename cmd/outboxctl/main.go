@@ -69,13 +69,16 @@
 // Replaying delivers events again: consumers must deduplicate on event_id.
 // Long replays and purges report progress on stderr.
 //
-// The DSN (flag --dsn, else $OUTBOX_DSN) chooses the driver by its scheme:
+// The DSN (flag --dsn, else $OUTBOX_DSN) takes the forms postgres.Open,
+// mysql.Open and sqlite.Open take (store.Open takes them all), and chooses
+// the driver by its form:
 //
-//	postgres://user:pass@host:5432/db?sslmode=disable   (also postgresql://) pgx
-//	mysql://user:pass@tcp(host:3306)/db                  go-sql-driver/mysql; parseTime
-//	                                                     and loc=UTC are added
-//	sqlite:///var/lib/app/outbox.db, sqlite://rel.db,    modernc.org/sqlite
-//	file:/var/lib/app/outbox.db
+//	postgres://user:pass@host:5432/db?sslmode=disable   pgx (also postgresql://, and
+//	host=host user=user dbname=db sslmode=disable         the keyword/value form)
+//	user:pass@tcp(host:3306)/db                          go-sql-driver/mysql; parseTime
+//	mysql://user:pass@tcp(host:3306)/db                  and loc=UTC are added
+//	sqlite:///var/lib/app/outbox.db, sqlite://rel.db,    modernc.org/sqlite; the file
+//	file:/var/lib/app/outbox.db, /var/lib/app/outbox.db  must exist
 //
 // The table is --table, else $OUTBOX_TABLE, else outbox_event; it may be
 // schema-qualified on PostgreSQL and MySQL.

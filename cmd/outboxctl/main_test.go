@@ -217,6 +217,26 @@ func TestUsage(t *testing.T) {
 	mustContain(t, cli(t, nil, "--help").want(t, exitOK).stdout, "Usage: outboxctl")
 	mustContain(t, cli(t, nil, "help", "purge").want(t, exitOK).stdout, "--older-than", "-yes", "Exit codes:")
 	mustContain(t, cli(t, nil, "dead", "list", "-h").want(t, exitOK).stdout, "-payload")
+	// help takes every command the usage lists, those with subcommands too.
+	mustContain(t, cli(t, nil, "help", "dead").want(t, exitOK).stdout, "outboxctl dead list [", "outboxctl dead replay-all [",
+		"outboxctl dead blocked [", "outboxctl dead skip [", "'outboxctl help dead SUBCOMMAND'")
+	mustContain(t, cli(t, nil, "help", "migrate").want(t, exitOK).stdout, "outboxctl migrate status [", "outboxctl migrate up [",
+		"outboxctl migrate down --to N", "outboxctl migrate files --format")
+	mustContain(t, cli(t, nil, "help", "partitions").want(t, exitOK).stdout, "outboxctl partitions migrate [")
+	mustContain(t, cli(t, nil, "help", "migrate", "up").want(t, exitOK).stdout, "-to", "-dry-run")
+	mustContain(t, cli(t, nil, "help", "frobnicate").want(t, exitUsage).stderr, `unknown command "frobnicate" (want one of: dead, migrate,`)
+	// Every command the usage text names is one help takes.
+	seen := map[string]bool{"help": true}
+	for _, line := range strings.Split(cli(t, nil, "help").want(t, exitOK).stdout, "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(line, "  ") && !strings.HasPrefix(line, "   ") &&
+			!strings.HasPrefix(f[0], "-") && !seen[f[0]] {
+			seen[f[0]] = true
+			cli(t, nil, "help", f[0]).want(t, exitOK)
+		}
+	}
+	if len(seen) < 8 {
+		t.Errorf("the usage text lists %d commands, want at least 8: %v", len(seen)-1, seen)
+	}
 	cli(t, nil, "frobnicate").want(t, exitUsage)
 	cli(t, nil, "dead").want(t, exitUsage)
 	cli(t, nil, "dead", "resurrect").want(t, exitUsage)
@@ -240,24 +260,33 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// TestParseDSN: outboxctl reads the forms the Open functions read
+// (internal/dsn has the full table); here, the forms of each database and
+// the usage errors.
 func TestParseDSN(t *testing.T) {
 	for _, tc := range []struct{ dsn, dialect, conn string }{
 		{"postgres://u@h:5432/db?sslmode=disable", "postgres", "postgres://u@h:5432/db?sslmode=disable"},
 		{"postgresql://u@h/db", "postgres", "postgresql://u@h/db"},
+		{"host=h user=u dbname=db sslmode=disable", "postgres", "host=h user=u dbname=db sslmode=disable"},
 		{"mysql://root:pw@tcp(127.0.0.1:3306)/test?parseTime=true", "mysql", "root:pw@tcp(127.0.0.1:3306)/test?parseTime=true"},
+		{"root@tcp(127.0.0.1:3306)/test", "mysql", "root@tcp(127.0.0.1:3306)/test"},
+		{"mysql://root@/test", "mysql", "root@/test"},
+		{"mysql://u@unix(/run/mysqld.sock)/db", "mysql", "u@unix(/run/mysqld.sock)/db"},
 		{"sqlite:///var/lib/outbox.db", "sqlite", "/var/lib/outbox.db"},
 		{"sqlite://rel.db", "sqlite", "rel.db"},
 		{"file:/tmp/o.db", "sqlite", "/tmp/o.db"},
 		{"file:///tmp/o.db", "sqlite", "/tmp/o.db"},
+		{"/tmp/o.db", "sqlite", "/tmp/o.db"},
 	} {
 		d, c, err := parseDSN(tc.dsn)
 		if err != nil || d != tc.dialect || c != tc.conn {
 			t.Errorf("parseDSN(%q) = %s, %s, %v; want %s, %s", tc.dsn, d, c, err, tc.dialect, tc.conn)
 		}
 	}
-	for _, bad := range []string{"", "oracle://x", "root@tcp(h)/db", "sqlite://", "mysql://", "file:x.db?mode=ro"} {
-		if _, _, err := parseDSN(bad); err == nil {
-			t.Errorf("parseDSN(%q): no error", bad)
+	for _, bad := range []string{"", "oracle://x", "sqlite://", "mysql://", "file:x.db?mode=ro"} {
+		var ue *usageError
+		if _, _, err := parseDSN(bad); !errors.As(err, &ue) {
+			t.Errorf("parseDSN(%q) = %v, want a usage error", bad, err)
 		}
 	}
 	// A MySQL address without its protocol is the usual slip: the error
@@ -265,14 +294,6 @@ func TestParseDSN(t *testing.T) {
 	_, _, err := parseDSN("mysql://root:s3cret@127.0.0.1:3306/test")
 	if err == nil || !strings.Contains(err.Error(), "mysql://root:xxx@tcp(127.0.0.1:3306)/test") || strings.Contains(err.Error(), "s3cret") {
 		t.Errorf("mysql DSN without tcp(...): %v", err)
-	}
-	for _, ok := range []string{"mysql://root@/test", "mysql://u@unix(/run/mysqld.sock)/db"} {
-		if _, _, err := parseDSN(ok); err != nil {
-			t.Errorf("parseDSN(%q): %v", ok, err)
-		}
-	}
-	if got := redact("mysql://root:s3cret@tcp(h)/db"); strings.Contains(got, "s3cret") {
-		t.Errorf("redact kept the password: %s", got)
 	}
 }
 
@@ -553,5 +574,27 @@ func TestPurge(t *testing.T) {
 		}
 		// Nothing left to purge: no confirmation needed.
 		tg.run(t, "purge", "--older-than", "720h").want(t, exitOK)
+	})
+}
+
+// TestDSNFormsReachTheTable: every form of a database's DSN that its Open
+// takes, outboxctl takes too, and reaches the same table.
+func TestDSNFormsReachTheTable(t *testing.T) {
+	forEach(t, func(t *testing.T, tg target) {
+		forms := []string{tg.dsn}
+		switch tg.Name {
+		case "mysql":
+			forms = append(forms, strings.TrimPrefix(tg.dsn, "mysql://"))
+		case "sqlite":
+			path := strings.TrimPrefix(tg.dsn, "sqlite://")
+			forms = append(forms, path, "file:"+path, "file://"+path)
+		}
+		for _, dsn := range forms {
+			out := cli(t, nil, "--dsn", dsn, "--table", tg.Table, "stats", "--json").want(t, exitOK).stdout
+			var st struct{ Table string }
+			if err := json.Unmarshal([]byte(out), &st); err != nil || st.Table != tg.Table {
+				t.Errorf("--dsn %s: stats --json = %q, %v; want table %s", dsn, out, err, tg.Table)
+			}
+		}
 	})
 }

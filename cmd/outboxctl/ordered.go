@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/outboxkit/outbox/core"
 )
 
 // deadBlocked lists the keys of ordered aggregate types held up by a DEAD
@@ -31,10 +29,12 @@ func (a *app) deadBlocked(ctx context.Context, args []string) error {
 		return err
 	}
 	if *asJSON {
-		if keys == nil {
-			keys = []core.BlockedKey{}
+		out := make([]blockedKeyJSON, len(keys))
+		for i, k := range keys {
+			out[i] = blockedKeyJSON{AggregateType: k.AggregateType, AggregateID: k.AggregateID, EventID: k.EventID,
+				EventType: k.EventType, Seq: k.Seq, Waiting: k.Waiting, DeadAt: k.DeadAt.UTC(), LastError: k.LastError}
 		}
-		return writeJSON(a.stdout, keys)
+		return writeJSON(a.stdout, out)
 	}
 	for _, k := range keys {
 		fmt.Fprintf(a.stdout, "%s/%s  head=%s seq=%d type=%s waiting=%d dead_at=%s last_error=%s\n",
@@ -42,6 +42,19 @@ func (a *app) deadBlocked(ctx context.Context, args []string) error {
 			k.DeadAt.UTC().Format(time.RFC3339), oneLine(k.LastError, 120))
 	}
 	return nil
+}
+
+// blockedKeyJSON is a blocked key in --json output, named as stats --json
+// and dead list --json name their fields.
+type blockedKeyJSON struct {
+	AggregateType string    `json:"aggregate_type"`
+	AggregateID   string    `json:"aggregate_id"`
+	EventID       string    `json:"event_id"` // the dead head
+	EventType     string    `json:"event_type"`
+	Seq           int64     `json:"seq"`
+	Waiting       int64     `json:"waiting"`
+	DeadAt        time.Time `json:"dead_at"`
+	LastError     string    `json:"last_error"`
 }
 
 // deadSkip moves the keys of the given DEAD ordered heads past them.
@@ -70,9 +83,16 @@ func (a *app) deadSkip(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "skipped %d of %d (the others are not the DEAD head of a key)\n", n, len(ids))
-	if n < int64(len(ids)) {
-		return exitCode(exitNotFound)
+	switch left := int64(len(ids)) - n; {
+	case left == 0:
+		fmt.Fprintf(a.stdout, "skipped %d\n", n)
+		return nil
+	case len(ids) == 1:
+		fmt.Fprintf(a.stdout, "skipped 0 of 1 (%s is not the DEAD head of a key)\n", ids[0])
+	case left == 1:
+		fmt.Fprintf(a.stdout, "skipped %d of %d (the other is not the DEAD head of a key)\n", n, len(ids))
+	default:
+		fmt.Fprintf(a.stdout, "skipped %d of %d (the other %d are not the DEAD head of a key)\n", n, len(ids), left)
 	}
-	return nil
+	return exitCode(exitNotFound)
 }

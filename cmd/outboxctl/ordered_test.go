@@ -11,7 +11,7 @@ import (
 
 // seedBlocked writes key Order/K1 (three events, its head DEAD) and key
 // Order/K2 (one event, NEW) through a store that orders "Order".
-func seedBlocked(t *testing.T, tg target) {
+func seedBlocked(t *testing.T, tg target) core.OrderedStore {
 	t.Helper()
 	st := tg.Ordered
 	if st == nil { // the SQLite target of this package: ordered store on its table
@@ -40,21 +40,25 @@ func seedBlocked(t *testing.T, tg target) {
 	if ok, _, err := o.MarkDeadOrdered(testCtx(t), tg.DB, "o", "k1-1", time.Now(), "boom"); err != nil || !ok {
 		t.Fatalf("mark dead: %v %v", ok, err)
 	}
+	return o
 }
 
 func TestDeadBlockedAndSkip(t *testing.T) {
 	forEach(t, func(t *testing.T, tg target) {
-		seedBlocked(t, tg)
+		o := seedBlocked(t, tg)
 
 		r := tg.run(t, "dead", "blocked").want(t, exitOK)
 		mustContain(t, r.stdout, "Order/K1  head=k1-1 seq=1 type=Placed waiting=2", "last_error=boom")
 		r = tg.run(t, "dead", "blocked", "--json").want(t, exitOK)
-		var keys []core.BlockedKey
+		// snake_case, as stats --json and dead list --json.
+		var keys []map[string]any
 		if err := json.Unmarshal([]byte(r.stdout), &keys); err != nil {
 			t.Fatalf("dead blocked --json: %v\n%s", err, r.stdout)
 		}
-		if len(keys) != 1 || keys[0].AggregateID != "K1" || keys[0].EventID != "k1-1" || keys[0].Waiting != 2 {
-			t.Fatalf("dead blocked --json = %+v, want K1 at k1-1 with 2 waiting", keys)
+		if len(keys) != 1 || keys[0]["aggregate_type"] != "Order" || keys[0]["aggregate_id"] != "K1" ||
+			keys[0]["event_id"] != "k1-1" || keys[0]["event_type"] != "Placed" || keys[0]["seq"] != 1.0 ||
+			keys[0]["waiting"] != 2.0 || keys[0]["last_error"] != "boom" || keys[0]["dead_at"] == nil || len(keys[0]) != 8 {
+			t.Fatalf("dead blocked --json = %s, want K1 at k1-1 with 2 waiting, in snake_case", r.stdout)
 		}
 		tg.run(t, "dead", "blocked", "--limit", "0").want(t, exitUsage)
 		tg.run(t, "dead", "blocked", "extra").want(t, exitUsage)
@@ -70,7 +74,7 @@ func TestDeadBlockedAndSkip(t *testing.T) {
 
 		// k2-1 is not a DEAD head: the exit code says that one was not skipped.
 		r = tg.run(t, "dead", "skip", "--yes", "k1-1", "k2-1").want(t, exitNotFound)
-		mustContain(t, r.stdout, "skipped 1 of 2")
+		mustContain(t, r.stdout, "skipped 1 of 2 (the other is not the DEAD head of a key)")
 		if a, b, c := status(t, tg, "k1-1"), status(t, tg, "k1-2"), status(t, tg, "k1-3"); a != "DEAD" || b != "NEW" || c != "WAITING" {
 			t.Fatalf("after skip: k1-1 %s, k1-2 %s, k1-3 %s; want DEAD, NEW, WAITING", a, b, c)
 		}
@@ -79,6 +83,15 @@ func TestDeadBlockedAndSkip(t *testing.T) {
 			t.Fatalf("blocked keys after the skip: %q", r.stdout)
 		}
 		// A second skip finds nothing to move.
-		tg.run(t, "dead", "skip", "--yes", "k1-1").want(t, exitNotFound)
+		r = tg.run(t, "dead", "skip", "--yes", "k1-1").want(t, exitNotFound)
+		mustContain(t, r.stdout, "skipped 0 of 1 (k1-1 is not the DEAD head of a key)")
+		// A skip of every id given says no more than that.
+		if ok, _, err := o.MarkDeadOrdered(testCtx(t), tg.DB, "o", "k2-1", time.Now(), "boom"); err != nil || !ok {
+			t.Fatalf("mark dead: %v %v", ok, err)
+		}
+		r = tg.run(t, "dead", "skip", "--yes", "k2-1").want(t, exitOK)
+		if want := "would skip k2-1 (it stays DEAD; the next event of its key is delivered)\nskipped 1\n"; r.stdout != want {
+			t.Errorf("dead skip --yes k2-1 printed %q, want %q", r.stdout, want)
+		}
 	})
 }

@@ -2,7 +2,10 @@
 // Chromium with chromedp, on the real databases: it lists dead events,
 // replays one and sees it delivered and gone from the list, replays the rest
 // after the confirmation page, and takes the screenshots of
-// docs/operations.md#web-console. It is a module of its own so that users of the
+// docs/operations.md#web-console; on an ordered store, it skips a blocked
+// key's DEAD head after its confirmation page, sees the key's waiting
+// events delivered in order, and checks what "replay all" leaves out. It is
+// a module of its own so that users of the
 // console never download chromedp; it has no code besides its tests.
 //
 // Environment:

@@ -50,8 +50,8 @@ var layers = []layer{
 	store("mysql", "github.com/go-sql-driver/mysql/..."),
 	store("sqlite", "modernc.org/sqlite/..."),
 	{
-		rule:     "the shared store base and the migrations import core, and no store, dialect or driver",
-		subjects: []string{"~/store/internal/sqlstore/...", "~/store/migrations"},
+		rule:     "the shared store base, its schema check and the migrations import core, and no store, dialect or driver",
+		subjects: []string{"~/store/internal/sqlstore/...", "~/store/internal/schemacheck", "~/store/migrations"},
 		forbid:   append([]string{"~/..."}, drivers...),
 		allow:    []string{"~/core", "~/internal/...", "~/store/internal/sqlstore/...", "~/store/migrations"},
 	},
@@ -64,13 +64,15 @@ var layers = []layer{
 }
 
 // store is the layer of store/name: it imports core, the shared store base
-// and its own driver, and no other store, driver or component.
+// (and its schema check) and its own driver, and no other store, driver or
+// component.
 func store(name, driver string) layer {
 	return layer{
 		rule:     "store/" + name + " imports core and its own driver, and no other store, driver or component",
 		subjects: []string{"~/store/" + name},
 		forbid:   append([]string{"~/..."}, drivers...),
-		allow:    []string{"~/core", "~/internal/...", "~/store/internal/sqlstore/...", "~/store/migrations", driver},
+		allow: []string{"~/core", "~/internal/...", "~/store/internal/sqlstore/...", "~/store/internal/schemacheck",
+			"~/store/migrations", driver},
 	}
 }
 

@@ -47,6 +47,7 @@ import (
 	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/outboxkit/outbox/core"
+	dsnpkg "github.com/outboxkit/outbox/internal/dsn"
 	"github.com/outboxkit/outbox/store/internal/sqlstore"
 )
 
@@ -308,9 +309,18 @@ func isRetryable(err error) bool {
 	return false
 }
 
-// Open opens a database/sql pool on dsn with the go-sql-driver/mysql driver,
-// for instance "user:pass@tcp(127.0.0.1:3306)/db". It sets parseTime=true and
-// refuses a DSN whose loc is not UTC (see the package documentation).
+// Open opens a database/sql pool on dsn with the go-sql-driver/mysql driver.
+// dsn is the driver's form, "user:pass@tcp(127.0.0.1:3306)/db?params", alone
+// or behind mysql:// ("mysql://user:pass@tcp(127.0.0.1:3306)/db", the form
+// outboxctl shows). Open sets parseTime=true and refuses a DSN that sets
+// parseTime=false or a loc other than UTC (see the package documentation).
+//
+// Open checks what it can without connecting: a DSN of another database (a
+// postgres:// URL, a SQLite path), an address without its network
+// (user@host:3306/db, which the driver would read as a network named
+// "host:3306"), and a DSN the driver cannot read are refused with an error
+// that matches core.ErrInvalid, shows the form to write instead and never
+// shows the password.
 //
 // Unless the DSN sets interpolateParams or charset itself, Open also sets
 // interpolateParams=true: the driver then sends each statement with its
@@ -322,23 +332,32 @@ func isRetryable(err error) bool {
 // Open does not connect; the first query (or db.PingContext) does. It does
 // not create the outbox table; call Store.CreateSchema for that.
 func Open(dsn string) (*sql.DB, error) {
-	cfg, err := mysqldrv.ParseDSN(dsn)
+	conn, err := dsnpkg.For(dsn, dsnpkg.MySQL)
 	if err != nil {
 		return nil, core.Invalid("mysql dsn", "%v", err)
+	}
+	cfg, err := mysqldrv.ParseDSN(conn)
+	if err != nil {
+		return nil, core.Invalid("mysql dsn", "%q: %v", dsnpkg.Redact(dsn), err)
+	}
+	params := dsnParams(conn)
+	if v := params.Get("parseTime"); params.Has("parseTime") && !cfg.ParseTime {
+		return nil, core.Invalid("mysql dsn", "parseTime=%s: the outbox reads its DATETIME columns as time.Time; "+
+			"drop parseTime (Open sets it) or set parseTime=true", v)
 	}
 	if cfg.Loc != nil && cfg.Loc != time.UTC {
 		return nil, core.Invalid("mysql dsn", "loc=%s: the outbox stores UTC timestamps; drop loc or set loc=UTC", cfg.Loc)
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
-	if params := dsnParams(dsn); !params.Has("interpolateParams") && !params.Has("charset") {
+	if !params.Has("interpolateParams") && !params.Has("charset") {
 		cfg.InterpolateParams = true
 	}
-	conn, err := mysqldrv.NewConnector(cfg)
+	connector, err := mysqldrv.NewConnector(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open mysql: %w", err)
 	}
-	return sql.OpenDB(conn), nil
+	return sql.OpenDB(connector), nil
 }
 
 // dsnParams returns the parameters of a DSN that ParseDSN accepted: what

@@ -32,6 +32,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 
 	"github.com/outboxkit/outbox/core"
+	dsnpkg "github.com/outboxkit/outbox/internal/dsn"
 	"github.com/outboxkit/outbox/store/internal/sqlstore"
 )
 
@@ -174,15 +175,25 @@ func isRetryable(err error) bool {
 	return false
 }
 
-// Open opens a database/sql pool on dsn with the pgx driver, for instance
-// "postgres://user@host:5432/db?sslmode=disable". It does not connect; the
-// first query (or db.PingContext) does. It does not create the outbox table;
-// call Store.CreateSchema for that.
+// Open opens a database/sql pool on dsn with the pgx driver. dsn is a URL,
+// "postgres://user:pass@host:5432/db?sslmode=disable" (or postgresql://), or
+// pgx's keyword/value form, "host=host user=user dbname=db sslmode=disable".
+// Open checks what it can without connecting: a DSN of another database
+// (MySQL's user@tcp(host:3306)/db, a SQLite path) is refused with an error
+// naming the function that opens it, and one pgx cannot read (an unknown
+// sslmode, a bad port) with pgx's reason; both match core.ErrInvalid and
+// never show the password. It does not connect; the first query (or
+// db.PingContext) does. It does not create the outbox table; call
+// Store.CreateSchema for that.
 func Open(dsn string) (*sql.DB, error) {
-	if dsn == "" {
-		return nil, core.Invalid("postgres dsn", "is empty")
+	conn, err := dsnpkg.For(dsn, dsnpkg.Postgres)
+	if err != nil {
+		return nil, core.Invalid("postgres dsn", "%v", err)
 	}
-	db, err := sql.Open("pgx", dsn)
+	if _, err := pgconn.ParseConfig(conn); err != nil {
+		return nil, core.Invalid("postgres dsn", "%v", err) // pgconn hides the password
+	}
+	db, err := sql.Open("pgx", conn)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}

@@ -22,6 +22,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/outboxkit/outbox/core"
+	dsnpkg "github.com/outboxkit/outbox/internal/dsn"
 	"github.com/outboxkit/outbox/store/internal/sqlstore"
 )
 
@@ -121,15 +122,25 @@ func isBusy(err error) bool {
 
 // Open opens (creating if needed) the SQLite database at path, configured for
 // the outbox: WAL journal, synchronous=NORMAL, a 10 s busy timeout, BEGIN
-// IMMEDIATE transactions and a single connection. The connection keeps the
-// prepared statements of its last 64 distinct Exec statements (the
-// outbox's and the application's alike), so that they are not parsed again
-// on every call; Conn.Raw therefore sees this package's wrapper, not the
-// driver's connection. Open does not create the outbox table; call
-// Store.CreateSchema for that.
+// IMMEDIATE transactions and a single connection. path is a file path, or
+// one in the URL forms outboxctl takes: sqlite:///abs/path.db,
+// sqlite://rel/path.db, file:path.db. A DSN of another database (a
+// postgres:// URL, MySQL's user@tcp(host:3306)/db) and a path with
+// parameters (?mode=ro: Open sets the pragmas itself) are refused with an
+// error matching core.ErrInvalid that says what to write instead.
+//
+// The connection keeps the prepared statements of its last 64 distinct Exec
+// statements (the outbox's and the application's alike), so that they are
+// not parsed again on every call; Conn.Raw therefore sees this package's
+// wrapper, not the driver's connection. Open does not create the outbox
+// table; call Store.CreateSchema for that.
 func Open(path string) (*sql.DB, error) {
 	if path == "" {
 		return nil, core.Invalid("sqlite path", "is empty")
+	}
+	path, err := dsnpkg.For(path, dsnpkg.SQLite)
+	if err != nil {
+		return nil, core.Invalid("sqlite path", "%v", err)
 	}
 	q := url.Values{}
 	q.Add("_pragma", "journal_mode(WAL)")

@@ -95,6 +95,21 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
+// TestInFlight: the publisher declares itself asynchronous, so that a
+// dispatcher left at its default Workers runs broker.DefaultInFlight
+// produces at once.
+func TestInFlight(t *testing.T) {
+	_, cl := cluster(t)
+	p, err := kafka.New(kafka.Config{Client: cl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l core.Listener = p
+	if a, ok := l.(core.AsyncListener); !ok || a.InFlight() != broker.DefaultInFlight {
+		t.Errorf("AsyncListener %v; want InFlight %d", ok, broker.DefaultInFlight)
+	}
+}
+
 func TestPublishRecord(t *testing.T) {
 	t.Parallel()
 	const topic = "outbox.Order.OrderPlaced"
