@@ -215,7 +215,7 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 	if err != nil {
 		p.cfg.Metrics.StoreError()
 		p.sched.failed(now)
-		return c, fmt.Errorf("claim events: %w", err)
+		return c, fmt.Errorf("poller: %w", err)
 	}
 
 	// What follows must happen even if ctx is cancelled now: the rows are

@@ -20,7 +20,7 @@ type Checker struct {
 	mu         sync.Mutex
 	keys       map[string]*key
 	violations []string // the first maxViolations
-	violated   int        // all of them
+	violated   int      // all of them
 	calls      int
 }
 
