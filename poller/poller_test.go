@@ -224,7 +224,7 @@ func TestPollOnceClaimError(t *testing.T) {
 	m := &countMetrics{}
 	p := newPoller(t, st, &fakeHandler{capacity: 10}, func(c *poller.Config) { c.Metrics = m })
 	_, err := p.PollOnce(context.Background())
-	if err == nil || !strings.HasPrefix(err.Error(), "claim events: ") || !errors.Is(err, st.claimErr) {
+	if err == nil || !strings.HasPrefix(err.Error(), "poller: ") || !errors.Is(err, st.claimErr) {
 		t.Errorf("err = %v, want claim events: ... wrapping the store error", err)
 	}
 	if m.storeErrors.Load() != 1 {
