@@ -2,8 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"slices"
-	"sync"
 	"time"
 )
 
@@ -21,8 +19,7 @@ import (
 // delivered only once it is written (core.OrderedStore promotes it in the
 // same transaction), so a batch that holds one, or takes one in while it
 // lingers, is written at once with what has already arrived. Batches of
-// ordered outcomes are written by up to orderedDoneWriters goroutines at
-// once, and grow while every one of them is busy.
+// ordered outcomes still grow while a write is under way.
 //
 // The channel is bounded (2*DoneBatchSize, at least 1024 ops, no payloads):
 // when the database falls behind, workers block in add, stop taking events,
@@ -67,9 +64,6 @@ func (b *doneBatcher) add(op writeOp) { b.in <- op }
 // must be written even while shutting down.
 func (b *doneBatcher) run(ctx context.Context) {
 	defer close(b.done)
-	var writing sync.WaitGroup // the batches of ordered outcomes being written
-	defer writing.Wait()
-	slots := make(chan struct{}, orderedDoneWriters)
 	ctx = context.WithoutCancel(ctx)
 	batch := make([]writeOp, 0, b.size)
 	linger := time.NewTimer(b.linger)
@@ -85,60 +79,40 @@ func (b *doneBatcher) run(ctx context.Context) {
 		if !urgent {
 			linger.Reset(b.linger)
 		}
-		for !urgent && len(batch) < b.size {
-			select {
-			case op, ok := <-b.in:
-				if !ok {
-					closed = true
-				} else {
-					batch = append(batch, op)
-					urgent = b.urgent(op)
-					continue
-				}
-			case <-linger.C:
-			}
-			break
-		}
-		linger.Stop()
-		if !urgent {
-			if failed := b.d.apply(ctx, batch); len(failed) > 0 {
-				b.d.pending.keep(b.d, failed)
-			}
-		} else {
-			// A free writer, then what has arrived meanwhile, without
-			// waiting for more.
-			slots <- struct{}{}
-		drain:
-			for !closed && len(batch) < b.size {
+	collect:
+		for len(batch) < b.size {
+			if urgent {
+				// What has arrived, without waiting for more.
 				select {
 				case op, ok := <-b.in:
 					if !ok {
 						closed = true
-						break drain
+						break collect
 					}
 					batch = append(batch, op)
+					continue
 				default:
-					break drain
+					break collect
 				}
 			}
-			ops := slices.Clone(batch)
-			writing.Add(1)
-			go func() {
-				defer writing.Done()
-				defer func() { <-slots }()
-				if failed := b.d.apply(ctx, ops); len(failed) > 0 {
-					b.d.pending.keep(b.d, failed)
+			select {
+			case op, ok := <-b.in:
+				if !ok {
+					closed = true
+					break collect
 				}
-			}()
+				batch = append(batch, op)
+				urgent = b.urgent(op)
+			case <-linger.C:
+				break collect
+			}
+		}
+		linger.Stop()
+		if failed := b.d.apply(ctx, batch); len(failed) > 0 {
+			b.d.pending.keep(b.d, failed)
 		}
 		if closed {
 			return
 		}
 	}
 }
-
-// orderedDoneWriters is how many batches holding ordered outcomes the
-// batcher writes at once. The DONE batch of ordered events waits, for a key
-// whose row a writer of the key holds, until that writer commits (see
-// core.OrderedStore): the batches that follow are written meanwhile.
-const orderedDoneWriters = 4

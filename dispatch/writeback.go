@@ -67,9 +67,8 @@ type writeOp struct {
 // listener's InFlight, see Config.Workers) a burst of failures, a broker
 // going down, would otherwise open as many connections as there are
 // workers, beyond what the database accepts, and starve the application's
-// own queries. DONE outcomes in batches are written by the batcher (one
-// goroutine, or up to orderedDoneWriters for ordered events) and take no
-// slot.
+// own queries. DONE outcomes in batches are written by one goroutine and
+// take no slot.
 const maxWorkerWrites = 32
 
 // write makes the first attempt at op and keeps it for the retry goroutine
