@@ -180,7 +180,6 @@ func dialect(claim ClaimStrategy) (sqlstore.Dialect, error) {
 	case ClaimSkipLocked:
 		d.Claim = sqlstore.ClaimSelectForUpdate
 		d.ClaimLock = "FOR UPDATE SKIP LOCKED"
-		d.LockingReadSkip = "FOR UPDATE SKIP LOCKED"
 		d.DDL = strings.Replace(ddl, leaseIndexMarker, "", 1)
 		d.Migrations = withLeaseIndex(migrationTemplates, "")
 	case ClaimUpdateLimit:

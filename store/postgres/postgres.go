@@ -128,7 +128,6 @@ func dialect() sqlstore.Dialect {
 		ErrorAbortsTx:     true,
 		Keys:              sqlstore.KeysWritableCTE,
 		LockingRead:       "FOR UPDATE",
-		LockingReadSkip:   "FOR UPDATE SKIP LOCKED",
 		IsUniqueViolation: isUniqueViolation,
 		IsRetryable:       isRetryable,
 		NamedLock:         namedLock,

@@ -61,9 +61,11 @@ func (k *limitedKeys) takeSeqs(ctx context.Context, db core.DBTX, key orderKey, 
 	return last, id%2 == 1, nil
 }
 
-// markDone implements keyStrategy with finish and advance.
-func (k *limitedKeys) markDone(ctx context.Context, tx core.DBTX, owner string, ids []string, now, leaseAt time.Time, wait bool) (int64, []core.Event, []string, error) {
-	return k.s.finish(ctx, tx, owner, ids, now, leaseAt, wait, doneSet, []any{k.s.ts(now)}, everyKey)
+// markDone implements keyStrategy with finish and advance, in one
+// transaction that waits for the key rows (it has no first pass).
+func (k *limitedKeys) markDone(ctx context.Context, tx core.DBTX, owner string, ids []string, now, leaseAt time.Time, _ bool) (int64, []core.Event, []string, error) {
+	n, promoted, err := k.s.finish(ctx, tx, owner, ids, now, leaseAt, doneSet, []any{k.s.ts(now)}, everyKey)
+	return n, promoted, nil, err
 }
 
 // advance implements keyStrategy in two statements per keyChunk keys
