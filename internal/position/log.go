@@ -64,10 +64,11 @@ type Log interface {
 	// ReadRanges returns the STREAM rows whose position lies in one of rs,
 	// in position order.
 	ReadRanges(ctx context.Context, db core.DBTX, rs []Range) ([]Row, error)
-	// Horizon returns the token below which no transaction that took a
-	// position is still running: a gap whose token is at most Horizon's
-	// result, read again after Horizon returned, is final.
-	Horizon(ctx context.Context, db core.DBTX) (Token, error)
+	// Horizon returns the horizon, the token below which no transaction
+	// that took a position is still running (a gap whose token is at most
+	// the horizon, read again after Horizon returned, is final), and the
+	// token of a read made now.
+	Horizon(ctx context.Context, db core.DBTX) (horizon, now Token, err error)
 	// ClaimState makes owner the writer of the table's persisted position
 	// and returns it (the zero State, saved, when there is none yet).
 	ClaimState(ctx context.Context, db core.DBTX, owner string, now time.Time) (State, error)

@@ -25,7 +25,7 @@ import (
 var positionSQL = &sqlstore.PositionSQL{
 	NextPos: `CASE WHEN pg_current_xact_id() IS NOT NULL THEN nextval('{{posseq}}') END`,
 	Token:   "pg_snapshot_xmax(pg_current_snapshot())::text::bigint",
-	Horizon: "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint",
+	Horizon: "SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint FROM pg_current_snapshot() s",
 }
 
 // PositionLog returns the store side of position delivery

@@ -28,7 +28,7 @@ type PositionSQL struct {
 	// at once (one writer at a time: SQLite).
 	Token string
 	// Horizon is the query of the smallest token a running transaction may
-	// still hold. "" with Token "".
+	// still hold, and of the token of a read made now. "" with Token "".
 	Horizon string
 	// RowsPerInsert caps the rows of one STREAM INSERT: 1 where NextPos
 	// reads the table (SQLite), so that each row sees the one before.
@@ -230,16 +230,16 @@ func scanPosRows(rows *sql.Rows, tok *int64) ([]position.Row, error) {
 }
 
 // Horizon implements position.Log.
-func (l *posLog) Horizon(ctx context.Context, db core.DBTX) (position.Token, error) {
+func (l *posLog) Horizon(ctx context.Context, db core.DBTX) (position.Token, position.Token, error) {
 	h := l.s.d.Position.Horizon
 	if h == "" {
-		return position.Token(^uint64(0)), nil
+		return position.Token(^uint64(0)), 0, nil
 	}
-	var v int64
-	if err := db.QueryRowContext(ctx, h).Scan(&v); err != nil {
-		return 0, fmt.Errorf("read the transaction horizon: %w", err)
+	var horizon, now int64
+	if err := db.QueryRowContext(ctx, h).Scan(&horizon, &now); err != nil {
+		return 0, 0, fmt.Errorf("read the transaction horizon: %w", err)
 	}
-	return position.Token(v), nil
+	return position.Token(horizon), position.Token(now), nil
 }
 
 // ClaimState implements position.Log.
