@@ -34,6 +34,11 @@ type tracker struct {
 	hot    map[string]int64 // event id -> position
 	hotPos map[int64]string
 	ahead  map[int64]struct{}
+	// failing: held ids (hot or in flight) whose RETRY or DEAD is being
+	// written. Once it lands the row is the claim path's: this process's
+	// poller may claim and deliver it before the write returns, and that
+	// delivery's outcome is the claim path's to write.
+	failing map[string]struct{}
 	// hotMax bounds hot: an INSERT that finds it full is left to the
 	// reader.
 	hotMax int
@@ -61,6 +66,9 @@ func (t *tracker) reset() {
 	t.floor, t.cursor, t.gaps, t.redo, t.live = 0, 0, nil, nil, false
 	t.flight = map[string]int64{}
 	t.ahead = map[int64]struct{}{}
+	if t.failing == nil {
+		t.failing = map[string]struct{}{}
+	}
 	if t.hot == nil {
 		t.hot = map[string]int64{}
 		t.hotPos = map[int64]string{}
@@ -136,21 +144,43 @@ func (t *tracker) dropHot(id string, redo bool) {
 }
 
 // owns reports whether id is an event of position delivery this process
-// holds (hot or in flight), and its position.
-func (t *tracker) owns(id string) (int64, bool) {
+// holds (hot or in flight) and is not failing: its outcome and lease are
+// the position's.
+func (t *tracker) owns(id string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if p, ok := t.hot[id]; ok {
-		return p, true
+	if _, ok := t.failing[id]; ok {
+		return false
 	}
-	p, ok := t.flight[id]
-	return p, ok
+	return t.holds(id)
+}
+
+// holds reports whether id is hot or in flight. Under mu.
+func (t *tracker) holds(id string) bool {
+	if _, ok := t.hot[id]; ok {
+		return true
+	}
+	_, ok := t.flight[id]
+	return ok
+}
+
+// beginFail marks a held id failing, and reports whether it is held
+// (failing already or not): its RETRY or DEAD is the position's to write.
+func (t *tracker) beginFail(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.holds(id) {
+		return false
+	}
+	t.failing[id] = struct{}{}
+	return true
 }
 
 // resolve records the outcome of id (delivered, RETRY or DEAD written).
 func (t *tracker) resolve(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	delete(t.failing, id)
 	if pos, ok := t.hot[id]; ok {
 		delete(t.hot, id)
 		delete(t.hotPos, pos)

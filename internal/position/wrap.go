@@ -131,7 +131,7 @@ func (s *store) MarkDoneOrdered(ctx context.Context, db core.DBTX, owner string,
 
 // MarkDeadOrdered implements core.OrderedStore.
 func (s *store) MarkDeadOrdered(ctx context.Context, db core.DBTX, owner, id string, now time.Time, lastErr string) (bool, []core.Event, error) {
-	if _, ok := s.r.t.owns(id); ok {
+	if s.r.t.beginFail(id) {
 		ok, err := s.fail(ctx, db, id, true, now, lastErr)
 		return ok, nil, err
 	}
@@ -152,7 +152,7 @@ func (s *store) SkipDead(ctx context.Context, db core.DBTX, ids []string, now ti
 // how many it resolved.
 func (s *store) resolveDone(ids []string) (rest []string, n int64) {
 	for _, id := range ids {
-		if _, ok := s.r.t.owns(id); ok {
+		if s.r.t.owns(id) {
 			s.r.t.resolve(id)
 			n++
 			continue
@@ -196,7 +196,8 @@ func (s *store) MarkDoneBatch(ctx context.Context, db core.DBTX, owner string, i
 	return n + m, err
 }
 
-// fail writes the RETRY or DEAD of a STREAM event and resolves it.
+// fail writes the RETRY or DEAD of a STREAM event marked failing and
+// resolves it once written.
 func (s *store) fail(ctx context.Context, db core.DBTX, id string, dead bool, at time.Time, lastErr string) (bool, error) {
 	ok, err := s.r.cfg.Log.MarkFailed(ctx, db, id, dead, at, lastErr)
 	if err != nil {
@@ -209,7 +210,7 @@ func (s *store) fail(ctx context.Context, db core.DBTX, id string, dead bool, at
 
 // MarkRetry implements core.Store.
 func (s *store) MarkRetry(ctx context.Context, db core.DBTX, owner, id string, next time.Time, lastErr string) (bool, error) {
-	if _, ok := s.r.t.owns(id); ok {
+	if s.r.t.beginFail(id) {
 		return s.fail(ctx, db, id, false, next, lastErr)
 	}
 	return s.Store.MarkRetry(ctx, db, owner, id, next, lastErr)
@@ -217,7 +218,7 @@ func (s *store) MarkRetry(ctx context.Context, db core.DBTX, owner, id string, n
 
 // MarkDead implements core.Store.
 func (s *store) MarkDead(ctx context.Context, db core.DBTX, owner, id string, now time.Time, lastErr string) (bool, error) {
-	if _, ok := s.r.t.owns(id); ok {
+	if s.r.t.beginFail(id) {
 		return s.fail(ctx, db, id, true, now, lastErr)
 	}
 	return s.Store.MarkDead(ctx, db, owner, id, now, lastErr)
@@ -228,7 +229,7 @@ func (s *store) Release(ctx context.Context, db core.DBTX, owner string, ids []s
 	var rest []string
 	var n int64
 	for _, id := range ids {
-		if _, ok := s.r.t.owns(id); ok {
+		if s.r.t.owns(id) {
 			s.r.t.giveBack(id)
 			n++
 			continue
@@ -250,7 +251,7 @@ func (s *store) Release(ctx context.Context, db core.DBTX, owner string, ids []s
 func (s *store) RenewLeases(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) ([]string, error) {
 	var rest []string
 	for _, id := range ids {
-		if _, ok := s.r.t.owns(id); !ok {
+		if !s.r.t.owns(id) {
 			rest = append(rest, id)
 		}
 	}

@@ -1,0 +1,176 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outboxkit/outbox"
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
+	"github.com/outboxkit/outbox/store/migrations"
+)
+
+// flaky fails each event whose aggregate id starts with "fail" once.
+type flaky struct {
+	seen
+	mu     sync.Mutex
+	failed map[string]bool
+}
+
+func (f *flaky) listen(ctx context.Context, ev core.Event) error {
+	if strings.HasPrefix(ev.AggregateID(), "fail") {
+		f.mu.Lock()
+		first := !f.failed[ev.ID()]
+		if f.failed == nil {
+			f.failed = map[string]bool{}
+		}
+		f.failed[ev.ID()] = true
+		f.mu.Unlock()
+		if first {
+			return errors.New("first attempt fails")
+		}
+	}
+	return f.record(ctx, ev)
+}
+
+func positionConfig(t *testing.T, tg testdb.Target, f *flaky) outbox.Config {
+	t.Helper()
+	reg := core.NewRegistry()
+	if err := reg.RegisterFunc(orders, orderPlaced, f.listen); err != nil {
+		t.Fatal(err)
+	}
+	return fast(outbox.Config{DB: tg.DB, Store: tg.Store, Registry: reg, Delivery: outbox.DeliveryPosition})
+}
+
+// waitSeen waits until s has received every id.
+func waitSeen(t *testing.T, s *seen, ids ...string) {
+	t.Helper()
+	end := time.Now().Add(deadline)
+	for {
+		s.mu.Lock()
+		missing := 0
+		for _, id := range ids {
+			if s.ids[id] == 0 {
+				missing++
+			}
+		}
+		s.mu.Unlock()
+		if missing == 0 {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("%d of %d events not delivered", missing, len(ids))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestPositionDelivery: in DeliveryPosition, events written through the hot
+// path and without it are delivered once each and their rows stay STREAM
+// (nothing written after the INSERT); a failing event goes RETRY and is
+// delivered by the claim path; after a restart the new Outbox delivers what
+// was written meanwhile and nothing again. MySQL and MariaDB are refused.
+func TestPositionDelivery(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
+		var f flaky
+		cfg := positionConfig(t, tg, &f)
+		if tg.Name == "mysql" {
+			_, err := outbox.New(cfg)
+			if !errors.Is(err, core.ErrInvalid) || !strings.Contains(err.Error(), "DeliveryClaim") {
+				t.Fatalf("New on MySQL: %v, want a refusal naming DeliveryClaim", err)
+			}
+			return
+		}
+		ctx := context.Background()
+		ob, err := outbox.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ob.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		hot := write(t, ob, 20, "hot")
+		plain := writePlain(t, tg, ob, 20, "plain")
+		fail := write(t, ob, 3, "fail")
+		all := append(append(append([]string{}, hot...), plain...), fail...)
+		waitSeen(t, &f.seen, all...)
+		waitStatus(t, tg, core.StatusStream, append(hot, plain...)...)
+		waitStatus(t, tg, core.StatusDone, fail...)
+		for _, id := range fail {
+			if ev, err := tg.Store.Get(ctx, tg.DB, id); err != nil || ev.Attempts != 1 {
+				t.Fatalf("%s: %+v, %v: want one failed attempt", id, ev, err)
+			}
+		}
+		if err := ob.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		// Written while no Outbox runs; a new one delivers them, and
+		// nothing delivered before.
+		later := writePlain(t, tg, ob, 10, "later")
+		var g flaky
+		ob2 := start(t, positionConfig(t, tg, &g))
+		waitSeen(t, &g.seen, later...)
+		more := write(t, ob2, 5, "more")
+		waitSeen(t, &g.seen, more...)
+		if err := ob2.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []*seen{&f.seen, &g.seen} {
+			s.mu.Lock()
+			for id, n := range s.ids {
+				if n != 1 {
+					t.Errorf("%s delivered %d times (first Outbox: %v)", id, n, s == &f.seen)
+				}
+			}
+			s.mu.Unlock()
+		}
+		if n := g.count(); n != len(later)+len(more) {
+			t.Errorf("the restarted Outbox delivered %d events, want %d: it delivered again what the first one had", n, len(later)+len(more))
+		}
+	})
+}
+
+// TestPositionSchemaCheck: DeliveryPosition on a table without migration
+// 0003 fails Start with an error naming the table and the migration.
+func TestPositionSchemaCheck(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
+		if tg.Name == "mysql" {
+			t.Skip("no position delivery on MySQL and MariaDB")
+		}
+		ctx := context.Background()
+		st, err := tg.NewStore(testdb.UniqueName("outbox_pos_old"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = testdb.DropTable(context.WithoutCancel(ctx), tg.DB, st) })
+		m, err := migrations.New(migrations.Config{DB: tg.DB, Source: st.(migrations.Source)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = tg.DB.ExecContext(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+m.VersionTable()) })
+		if _, err := m.Up(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		var f flaky
+		cfg := positionConfig(t, tg, &f)
+		cfg.Store = st
+		ob, err := outbox.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = ob.Start(ctx)
+		if !errors.Is(err, core.ErrSchema) || !strings.Contains(err.Error(), "outboxctl migrate up") ||
+			!strings.Contains(err.Error(), "column pos") {
+			t.Fatalf("Start on a table at version 2: %v", err)
+		}
+		_ = ob.Close(ctx)
+		// DeliveryClaim runs on it.
+		cfg.Delivery = outbox.DeliveryClaim
+		start(t, cfg)
+	})
+}
