@@ -294,6 +294,9 @@ func New(cfg Config) (*Outbox, error) {
 	if cfg.Purge != nil {
 		pc := *cfg.Purge
 		pc.Store = cmp.Or(pc.Store, core.Purger(cfg.Store))
+		if o.posLog != nil && pc.Store == core.Purger(cfg.Store) {
+			pc.Store = position.PurgeStore(cfg.Store, o.posLog)
+		}
 		pc.DB = cmp.Or(pc.DB, core.DBTX(cfg.DB))
 		pc.Logger, pc.Slog = loggersOr(pc.Logger, pc.Slog, cfg)
 		if cfg.sharedTable() && pc.Locker == nil {

@@ -78,6 +78,9 @@ type Log interface {
 	// LoadState returns the persisted position without taking it, for
 	// statistics; the zero State when there is none.
 	LoadState(ctx context.Context, db core.DBTX) (State, error)
+	// PurgeStream deletes up to limit STREAM rows at or below the
+	// persisted floor created before before, and returns how many.
+	PurgeStream(ctx context.Context, db core.DBTX, before time.Time, limit int) (int64, error)
 	// MarkFailed moves the STREAM row id to RETRY (next attempt at at) or,
 	// when dead, to DEAD (done_at at), counting an attempt and keeping
 	// lastErr; false when the row is not STREAM any more.

@@ -3,6 +3,7 @@ package position_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -247,6 +248,22 @@ func TestReaderResumes(t *testing.T) {
 		f.done("a", "c")
 		f.cycle()
 		f.wantState(1, 3)
+		// Stats: b and c lie above the floor; the lag is 3 - 1.
+		st, err := core.StoreAs[core.Inspector](tg.Store)
+		if !err {
+			t.Fatal("no core.Inspector")
+		}
+		stats, serr := st.Stats(context.Background(), tg.DB)
+		if serr != nil || stats.Stream != 2 || stats.PositionLag != 2 || stats.OldestStream.IsZero() {
+			t.Fatalf("stats %+v, %v: want 2 STREAM rows above the floor, a lag of 2", stats, serr)
+		}
+		// The purge deletes delivered STREAM rows at or below the floor only.
+		if n, err := f.lg.PurgeStream(context.Background(), tg.DB, time.Now().Add(time.Hour), 100); err != nil || n != 1 {
+			t.Fatalf("purge: %d, %v: want a alone", n, err)
+		}
+		if _, err := tg.Store.Get(context.Background(), tg.DB, "a"); !errors.Is(err, core.ErrNotFound) {
+			t.Fatalf("a after the purge: %v", err)
+		}
 
 		g := newFixtureOf(t, tg, "restarted") // a restarted process
 		f.insert(nil, "d")

@@ -308,3 +308,25 @@ func (h hook) AfterRollback(ctx context.Context, envs []core.Envelope) error {
 	}
 	return h.LeasingHook.AfterRollback(ctx, envs)
 }
+
+// PurgeStore returns inner with a Purge that, once inner's batch of DONE
+// and DEAD rows comes back short, deletes delivered STREAM rows (at or
+// below the persisted floor) older than the DONE retention.
+func PurgeStore(inner core.Store, lg Log) core.Store { return purgeStore{Store: inner, lg: lg} }
+
+type purgeStore struct {
+	core.Store
+	lg Log
+}
+
+func (s purgeStore) Unwrap() core.Store { return s.Store }
+
+// Purge implements core.Purger.
+func (s purgeStore) Purge(ctx context.Context, db core.DBTX, p core.PurgeParams) (int64, error) {
+	n, err := s.Store.Purge(ctx, db, p)
+	if err != nil || n >= int64(p.Limit) || p.DoneBefore.IsZero() {
+		return n, err
+	}
+	m, err := s.lg.PurgeStream(ctx, db, p.DoneBefore, p.Limit-int(n))
+	return n + m, err
+}

@@ -320,6 +320,16 @@ func (l *posLog) MarkFailed(ctx context.Context, db core.DBTX, id string, dead b
 	return n == 1, nil
 }
 
+// PurgeStream implements position.Log: the rows below the floor in
+// position order, through the stream index.
+func (l *posLog) PurgeStream(ctx context.Context, db core.DBTX, before time.Time, limit int) (int64, error) {
+	s := l.s
+	sub := "SELECT event_id FROM " + s.qt + " WHERE pos IS NOT NULL AND pos <= (SELECT floor_pos FROM " + l.pt +
+		" WHERE relay = ?) AND status = " + stStream + " AND created_at < ? ORDER BY pos LIMIT ?"
+	n, err := s.exec(ctx, db, "DELETE FROM "+s.qt+" WHERE "+s.d.idsIn(sub), positionRelay, s.ts(before), limit)
+	return n, s.wrap("purge delivered stream events", err)
+}
+
 // encodeRanges writes rs as JSON pairs: [[lo,hi],...].
 func encodeRanges(rs []position.Range) string {
 	var b strings.Builder
