@@ -174,3 +174,51 @@ func TestPositionSchemaCheck(t *testing.T) {
 		start(t, cfg)
 	})
 }
+
+// TestPositionSingleActive: with SingleActive, the active instance reads
+// the position and delivers everything, its standby's writes included;
+// when it closes, the standby takes the position over and goes on from it,
+// delivering nothing twice.
+func TestPositionSingleActive(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
+		if tg.Name != "postgres" {
+			t.Skip("SingleActive with DeliveryPosition: PostgreSQL only (no named locks on SQLite, no position delivery on MySQL)")
+		}
+		var fa, fb flaky
+		cfg := func(db outbox.DB, f *flaky) outbox.Config {
+			c := positionConfig(t, tg, f)
+			c.DB, c.Mode, c.SingleActive, c.SingleActiveInterval = db, outbox.MultiNode, true, 250*time.Millisecond
+			return c
+		}
+		a := start(t, cfg(tg.DB, &fa))
+		waitActive(t, a, true)
+		b := start(t, cfg(tg.Reopen(t), &fb))
+
+		plain := writePlain(t, tg, a, 20, "plain")
+		fromB := write(t, b, 5, "from-b")
+		fromA := write(t, a, 5, "from-a")
+		waitSeen(t, &fa.seen, append(append(plain, fromB...), fromA...)...)
+		if fb.count() != 0 {
+			t.Fatalf("the standby delivered %d events", fb.count())
+		}
+		if err := a.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		waitActive(t, b, true)
+		after := writePlain(t, tg, b, 10, "after")
+		hotB := write(t, b, 5, "hot-b")
+		waitSeen(t, &fb.seen, append(after, hotB...)...)
+		if n := fb.count(); n != len(after)+len(hotB) {
+			t.Errorf("the new active instance delivered %d events, want %d", n, len(after)+len(hotB))
+		}
+		for _, s := range []*seen{&fa.seen, &fb.seen} {
+			s.mu.Lock()
+			for id, n := range s.ids {
+				if n != 1 {
+					t.Errorf("%s delivered %d times", id, n)
+				}
+			}
+			s.mu.Unlock()
+		}
+	})
+}
