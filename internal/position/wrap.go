@@ -159,9 +159,9 @@ func (s *store) resolveDone(ids []string) (rest []string, n int64) {
 		}
 		rest = append(rest, id)
 	}
-	if n > 0 {
-		s.r.Wake()
-	}
+	// No wake-up: a resolved position only moves the floor, which the
+	// next cycle saves; waking the reader per outcome would write the
+	// position table per DONE batch.
 	return rest, n
 }
 
@@ -204,7 +204,6 @@ func (s *store) fail(ctx context.Context, db core.DBTX, id string, dead bool, at
 		return false, err
 	}
 	s.r.t.resolve(id)
-	s.r.Wake()
 	return ok, nil
 }
 
