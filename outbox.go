@@ -662,7 +662,10 @@ func (o *Outbox) closeComponents(ctx context.Context) error {
 	if o.reader != nil {
 		errs = append(errs, o.reader.Close(ctx))
 	}
-	if o.gate != nil {
+	// With position delivery the relay lock is released only once the
+	// drain's outcomes are saved: a standby that took the position over
+	// before would deliver the drained events again.
+	if o.gate != nil && o.reader == nil {
 		errs = append(errs, o.gate.Close(ctx))
 	}
 	if o.dispatcher != nil {
@@ -674,6 +677,9 @@ func (o *Outbox) closeComponents(ctx context.Context) error {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), schemaCheckTimeout)
 		errs = append(errs, o.reader.Flush(fctx))
 		cancel()
+		if o.gate != nil {
+			errs = append(errs, o.gate.Close(ctx))
+		}
 	}
 	if o.purger != nil {
 		errs = append(errs, o.purger.Close(ctx))

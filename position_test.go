@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -209,7 +210,16 @@ func TestPositionSingleActive(t *testing.T) {
 		hotB := write(t, b, 5, "hot-b")
 		waitSeen(t, &fb.seen, append(after, hotB...)...)
 		if n := fb.count(); n != len(after)+len(hotB) {
-			t.Errorf("the new active instance delivered %d events, want %d", n, len(after)+len(hotB))
+			var extra []string
+			fb.mu.Lock()
+			for id := range fb.ids {
+				if !slices.Contains(after, id) && !slices.Contains(hotB, id) {
+					ev, _ := tg.Store.Get(context.Background(), tg.DB, id)
+					extra = append(extra, ev.AggregateID())
+				}
+			}
+			fb.mu.Unlock()
+			t.Errorf("the new active instance delivered %d events, want %d; also %v", n, len(after)+len(hotB), extra)
 		}
 		for _, s := range []*seen{&fa.seen, &fb.seen} {
 			s.mu.Lock()

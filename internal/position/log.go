@@ -61,6 +61,10 @@ type Log interface {
 	// the largest returned that the read did not see may still commit until
 	// Horizon reaches the token.
 	ReadAfter(ctx context.Context, db core.DBTX, after int64, limit int) ([]Row, Token, error)
+	// ReadKeysAfter is ReadAfter returning the positions and ids alone
+	// (Row.Event zero): what the reader reads while the hot path delivers
+	// most rows itself.
+	ReadKeysAfter(ctx context.Context, db core.DBTX, after int64, limit int) ([]Row, Token, error)
 	// ReadRanges returns the STREAM rows whose position lies in one of rs,
 	// in position order.
 	ReadRanges(ctx context.Context, db core.DBTX, rs []Range) ([]Row, error)

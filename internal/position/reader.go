@@ -115,7 +115,31 @@ func (r *Reader) Flush(ctx context.Context) error {
 	if !r.live() {
 		return nil
 	}
+	if err := r.passAhead(ctx); err != nil {
+		return err
+	}
 	return r.save(ctx)
+}
+
+// passAhead reads on from the cursor over the positions the hot path
+// delivered before a read reached them, which only memory knows: a reader
+// taking over from the saved position would deliver them again.
+func (r *Reader) passAhead(ctx context.Context) error {
+	for r.t.aheadCount() > 0 {
+		_, cursor, _ := r.t.lag()
+		rows, tok, err := r.cfg.Log.ReadKeysAfter(ctx, r.cfg.DB, cursor, r.cfg.BatchSize)
+		if err != nil {
+			return err
+		}
+		got := make([]int64, len(rows))
+		for i, row := range rows {
+			got[i] = row.Pos
+		}
+		if len(rows) == 0 || !r.t.passAhead(got, tok) {
+			return nil
+		}
+	}
+	return nil
 }
 
 func (r *Reader) live() bool {
@@ -221,19 +245,57 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 	if room > 0 {
 		n := min(room, r.cfg.BatchSize)
 		_, cursor, _ := r.t.lag()
-		rows, tok, err := lg.ReadAfter(ctx, db, cursor, n)
+		// While the hot path delivers, most rows need no delivery here:
+		// read their positions alone, then the few rows to deliver.
+		light := r.t.hotAhead()
+		read := lg.ReadAfter
+		if light {
+			read = lg.ReadKeysAfter
+		}
+		rows, tok, err := read(ctx, db, cursor, n)
 		if err != nil {
 			return false, err
 		}
 		got := make([]int64, 0, len(rows))
+		var fetch []Range
 		for _, row := range rows {
 			got = append(got, row.Pos)
-			if r.t.seen(row.Pos, row.ID, false) == deliver {
+			if r.t.seen(row.Pos, row.ID, false) != deliver {
+				continue
+			}
+			if !light {
 				r.hand(ctx, row)
+				continue
+			}
+			if k := len(fetch); k > 0 && fetch[k-1].Hi+1 == row.Pos {
+				fetch[k-1].Hi = row.Pos
+			} else {
+				fetch = append(fetch, Range{Lo: row.Pos, Hi: row.Pos})
 			}
 		}
 		r.t.readTo(got, tok)
 		full = len(rows) == n
+		if len(fetch) > 0 {
+			// In flight already (seen), so nothing else hands them over;
+			// a row that left STREAM meanwhile cannot: only this process
+			// writes the rows it holds.
+			fetched, err := lg.ReadRanges(ctx, db, fetch)
+			found := make(map[int64]bool, len(fetched))
+			for _, row := range fetched {
+				found[row.Pos] = true
+				r.hand(ctx, row)
+			}
+			for _, rg := range fetch {
+				for p := rg.Lo; p <= rg.Hi; p++ {
+					if !found[p] {
+						r.t.giveBackPos(p) // read again, as a gap
+					}
+				}
+			}
+			if err != nil {
+				return false, err
+			}
+		}
 	}
 	return full, r.save(ctx)
 }

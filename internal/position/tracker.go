@@ -429,3 +429,53 @@ func (t *tracker) setLive(live bool) {
 	}
 	t.live = live
 }
+
+// hotAhead reports whether the hot path holds positions above the cursor:
+// the next read will mostly find rows it need not deliver.
+func (t *tracker) hotAhead() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.hotPos) > 0 || len(t.ahead) > 0
+}
+
+// giveBackPos is giveBack by position, for a row handed over whose read
+// failed.
+func (t *tracker) giveBackPos(pos int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, p := range t.flight {
+		if p == pos {
+			delete(t.flight, id)
+			t.redo = append(t.redo, pos)
+			return
+		}
+	}
+}
+
+// passAhead moves the cursor over the leading rows of a read after it
+// (positions ascending) that the hot path resolved ahead of the reader, and
+// reports whether it passed them all. It hands nothing over: at shutdown,
+// so that the saved cursor covers what the hot path delivered.
+func (t *tracker) passAhead(got []int64, tok Token) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range got {
+		if _, ok := t.ahead[p]; !ok || p <= t.cursor {
+			return false
+		}
+		delete(t.ahead, p)
+		if p > t.cursor+1 {
+			t.addGap(t.cursor+1, p-1, tok)
+		}
+		t.cursor = p
+	}
+	return true
+}
+
+// aheadCount returns how many positions the hot path resolved ahead of the
+// cursor.
+func (t *tracker) aheadCount() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.ahead)
+}

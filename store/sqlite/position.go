@@ -14,9 +14,11 @@ import (
 // cursor, while it holds the write lock: positions commit in order, a
 // position never goes back (a purge deletes only rows at or below the
 // persisted floor, which the cursor never falls below), and a position a
-// read does not see below the largest it saw is final at once.
+// read does not see below the largest it saw is final at once. "pos IS
+// NOT NULL" lets the partial stream index answer MAX(pos) from its last
+// entry; without it SQLite scans the table, once per INSERT.
 var positionSQL = &sqlstore.PositionSQL{
-	NextPos: "(SELECT COALESCE(MAX(m), 0) + 1 FROM (SELECT MAX(pos) AS m FROM {{table}} " +
+	NextPos: "(SELECT COALESCE(MAX(m), 0) + 1 FROM (SELECT MAX(pos) AS m FROM {{table}} WHERE pos IS NOT NULL " +
 		"UNION ALL SELECT MAX(cursor_pos) FROM {{postable}}))",
 	RowsPerInsert: 1,
 }

@@ -46,8 +46,24 @@ func (s *Store) PositionLog(check func(ctx context.Context, db core.DBTX) error)
 	if s.d.Position == nil {
 		return nil
 	}
-	return &posLog{s: s, pt: s.table.PosTable().Quoted(s.d.Quote),
+	l := &posLog{s: s, pt: s.table.PosTable().Quoted(s.d.Quote),
 		nextPos: RenderDDL(s.d.Position.NextPos, s.table, s.d.Quote), check: check}
+	l.insertOne = s.d.rebind("INSERT INTO " + s.qt + " (" + streamInsertCols + ") VALUES " + l.rowValues() +
+		" RETURNING event_id, pos")
+	token := "0"
+	if t := s.d.Position.Token; t != "" {
+		token = t
+	}
+	l.readAfter = s.d.rebind("SELECT " + readCols + ", " + token + " FROM " + s.qt + " WHERE pos > ? AND status = " + stStream +
+		" ORDER BY pos LIMIT ?")
+	l.readKeysAfter = s.d.rebind("SELECT pos, event_id, " + token + " FROM " + s.qt + " WHERE pos > ? AND status = " + stStream +
+		" ORDER BY pos LIMIT ?")
+	return l
+}
+
+// rowValues is the VALUES list of one STREAM row.
+func (l *posLog) rowValues() string {
+	return "(?, ?, ?, ?, ?, ?, ?, " + stStream + ", 0, ?, ?, " + l.nextPos + ")"
 }
 
 // CheckSchema implements position.Log.
@@ -62,6 +78,8 @@ type posLog struct {
 	pt      string // quoted position table
 	nextPos string
 	check   func(ctx context.Context, db core.DBTX) error
+	// The statements every write or read runs, built once.
+	insertOne, readAfter, readKeysAfter string
 }
 
 var _ position.Log = (*posLog)(nil)
@@ -82,9 +100,12 @@ func (l *posLog) InsertStream(ctx context.Context, db core.DBTX, envs []core.Env
 		maxRows = n
 	}
 	pos := make([]int64, len(envs))
-	index := make(map[string]int, len(envs))
-	for i, env := range envs {
-		index[env.ID()] = i
+	var index map[string]int // by id, for the rows of a multi-row INSERT
+	if len(envs) > 1 {
+		index = make(map[string]int, len(envs))
+		for i, env := range envs {
+			index[env.ID()] = i
+		}
 	}
 	var sb strings.Builder
 	var args []any
@@ -93,8 +114,12 @@ func (l *posLog) InsertStream(ctx context.Context, db core.DBTX, envs []core.Env
 		if rows == 0 {
 			return nil
 		}
-		sb.WriteString(" RETURNING event_id, pos")
-		res, err := db.QueryContext(ctx, s.d.rebind(sb.String()), args...)
+		q := l.insertOne
+		if rows > 1 {
+			sb.WriteString(" RETURNING event_id, pos")
+			q = s.d.rebind(sb.String())
+		}
+		res, err := db.QueryContext(ctx, q, args...)
 		sb.Reset()
 		args, rows, bytes = args[:0], 0, 0
 		if err != nil {
@@ -107,7 +132,9 @@ func (l *posLog) InsertStream(ctx context.Context, db core.DBTX, envs []core.Env
 			if err := res.Scan(&id, &p); err != nil {
 				return s.wrap("insert events", err)
 			}
-			if i, ok := index[id]; ok {
+			if index == nil {
+				pos[0] = p
+			} else if i, ok := index[id]; ok {
 				pos[i] = p
 			}
 		}
@@ -128,7 +155,7 @@ func (l *posLog) InsertStream(ctx context.Context, db core.DBTX, envs []core.Env
 		} else {
 			sb.WriteString(", ")
 		}
-		sb.WriteString("(?, ?, ?, ?, ?, ?, ?, " + stStream + ", 0, ?, ?, " + l.nextPos + ")")
+		sb.WriteString(l.rowValues())
 		createdAt := s.ts(env.OccurredAt())
 		args = append(args, env.ID(), env.Type(), env.AggregateType(), nullIfEmpty(env.AggregateID()),
 			nullIfEmpty(env.TenantID()), payload, headers, s.tsOr(env.AvailableAt(), env.OccurredAt(), createdAt), createdAt)
@@ -151,14 +178,7 @@ const readCols = columns + ", pos"
 
 // ReadAfter implements position.Log.
 func (l *posLog) ReadAfter(ctx context.Context, db core.DBTX, after int64, limit int) ([]position.Row, position.Token, error) {
-	s := l.s
-	token := "0"
-	if t := s.d.Position.Token; t != "" {
-		token = t
-	}
-	q := s.d.rebind("SELECT " + readCols + ", " + token + " FROM " + s.qt + " WHERE pos > ? AND status = " + stStream +
-		" ORDER BY pos LIMIT ?")
-	res, err := db.QueryContext(ctx, q, after, limit)
+	res, err := db.QueryContext(ctx, l.readAfter, after, limit)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read events after position %d: %w", after, err)
 	}
@@ -166,6 +186,28 @@ func (l *posLog) ReadAfter(ctx context.Context, db core.DBTX, after int64, limit
 	out, err := scanPosRows(res, &tok)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read events after position %d: %w", after, err)
+	}
+	return out, position.Token(tok), nil
+}
+
+// ReadKeysAfter implements position.Log.
+func (l *posLog) ReadKeysAfter(ctx context.Context, db core.DBTX, after int64, limit int) ([]position.Row, position.Token, error) {
+	res, err := db.QueryContext(ctx, l.readKeysAfter, after, limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read positions after %d: %w", after, err)
+	}
+	defer res.Close()
+	var out []position.Row
+	var tok int64
+	for res.Next() {
+		var r position.Row
+		if err := res.Scan(&r.Pos, &r.ID, &tok); err != nil {
+			return nil, 0, fmt.Errorf("read positions after %d: %w", after, err)
+		}
+		out = append(out, r)
+	}
+	if err := res.Err(); err != nil {
+		return nil, 0, fmt.Errorf("read positions after %d: %w", after, err)
 	}
 	return out, position.Token(tok), nil
 }
