@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -119,7 +120,7 @@ func BenchmarkHandoff(b *testing.B) {
 	b.ResetTimer()
 	for i := range envs {
 		for int64(i)-st.done.Load() >= queue/2 {
-			time.Sleep(10 * time.Microsecond)
+			runtime.Gosched()
 		}
 		if err := hook.AfterCommit(ctx, envs[i]); err != nil {
 			b.Fatal(err)
