@@ -4,13 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
@@ -87,7 +86,7 @@ func setup(t *testing.T, hook core.WriterHook) (testdb.Target, *core.Writer, *tx
 	t.Helper()
 	tg := testdb.SQLite(t)
 	var buf strings.Builder
-	w, err := core.NewWriter(core.WriterConfig{Store: tg.Store, Hook: hook, Logger: zerolog.New(&buf)})
+	w, err := core.NewWriter(core.WriterConfig{Store: tg.Store, Hook: hook, Logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +424,7 @@ func TestWriterKeepsWaitingEventsFromHook(t *testing.T) {
 	}
 	write := func(hook core.WriterHook, envs ...core.Envelope) {
 		t.Helper()
-		w, err := core.NewWriter(core.WriterConfig{Store: tg.Ordered, Hook: hook, Logger: zerolog.Nop()})
+		w, err := core.NewWriter(core.WriterConfig{Store: tg.Ordered, Hook: hook, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
