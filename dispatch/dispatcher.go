@@ -80,8 +80,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		stopWrites: make(chan struct{}),
 		stopRenew:  make(chan struct{}),
 	}
-	d.refused = outboxlog.NewSum(d.log, slog.LevelWarn, "outbox hot queue refused events; left for the poller", "events",
-		outboxlog.SumOptions{})
+	d.refused = outboxlog.NewSum(d.log, slog.LevelWarn, refusedMsg, "events", outboxlog.SumOptions{})
 	d.autoWorkers, d.writeSlots = auto, make(chan struct{}, maxWorkerWrites)
 	d.inflight.lease, d.inflight.now = cfg.LeaseTimeout, cfg.Now
 	d.renewer, _ = core.StoreAs[core.LeaseRenewer](cfg.Store)

@@ -31,6 +31,10 @@ func (d *Dispatcher) WriterHook() core.LeasingHook { return writerHook{d} }
 
 type writerHook struct{ d *Dispatcher }
 
+// refusedMsg is the warning of events the hot queue refused, summed a
+// second at a time (Dispatcher.refused).
+const refusedMsg = "outbox hot queue refused events; left for the poller"
+
 // LeaseOwner implements core.LeasingHook.
 func (h writerHook) LeaseOwner() string { return h.d.owner }
 
