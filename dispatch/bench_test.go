@@ -3,6 +3,8 @@ package dispatch_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"runtime"
 	"sync/atomic"
 	"syscall"
@@ -132,5 +134,42 @@ func BenchmarkHandoff(b *testing.B) {
 	b.StopTimer()
 	if n := st.done.Load(); n != int64(b.N) {
 		b.Fatalf("%d DONE, want %d", n, b.N)
+	}
+}
+
+// BenchmarkHandoffRefused hands committed events to a dispatcher whose hot
+// queue is full, one event per transaction: each is refused, released and
+// warned about, on slog.Default() (a text handler that discards): the cost
+// of an overflow's logging on the committing goroutine.
+func BenchmarkHandoffRefused(b *testing.B) {
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	defer slog.SetDefault(old)
+	st := newMemStore()
+	d, err := dispatch.New(dispatch.Config{Store: st, DB: nopDB{}, Registry: core.NewRegistry(), Workers: 1, HotQueueSize: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close(context.Background())
+	envs := make([][]core.Envelope, b.N+1)
+	for i := range envs {
+		env, err := core.NewEnvelope(core.EnvelopeSpec{Type: core.EventName("OrderPlaced"),
+			AggregateType: core.AggregateName("Order"), AggregateID: fmt.Sprint(i % 1000), JSON: []byte(`{"a":1}`)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		envs[i] = []core.Envelope{env}
+	}
+	hook := d.WriterHook()
+	ctx := context.Background()
+	if err := hook.AfterCommit(ctx, envs[0]); err != nil { // fills the hot queue: not started, nothing drains it
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for _, e := range envs[1:] {
+		if err := hook.AfterCommit(ctx, e); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
