@@ -30,9 +30,10 @@ func (realClock) AfterFunc(d time.Duration, f func()) func() bool {
 // Sum writes the records of one kind of warning (one message, one level)
 // at most once per window: the first record of a window opens it, those
 // that follow within it are added up, and when the window closes one
-// record is written with the message, the count under the Sum's key, the
-// attributes of the window's first record and, when it summed more than
-// one record, summed_over=<window>. For example 33 refusals of the hot
+// record is written with the time and context of the window's first
+// record, the message, the count under the Sum's key, the attributes of the
+// first record and, when it summed more than one record,
+// summed_over=<window>. For example 33 refusals of the hot
 // queue within a second give one line:
 //
 //	WARN outbox hot queue refused events; left for the poller events=33 first_event_id=... summed_over=1s
