@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -252,6 +253,27 @@ func TestHotQueueRefusalsSummed(t *testing.T) {
 	want := "WARN outbox hot queue refused events; left for the poller component=outbox.dispatcher events=33 first_event_id=refused-00 summed_over=1s"
 	if line := got[0]; line != want {
 		t.Fatalf("record\n%s\nwant\n%s", line, want)
+	}
+
+	// Close writes what its second has summed so far.
+	for i := range 3 {
+		env := newEnv(t, fmt.Sprintf("late-%d", i))
+		if err := h.d.WriterHook().AfterCommit(context.Background(), []core.Envelope{env}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.d.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want = "WARN outbox hot queue refused events; left for the poller component=outbox.dispatcher events=3 first_event_id=late-0 summed_over=1s"
+	var warned []string
+	for _, line := range logs.take() {
+		if strings.HasPrefix(line, "WARN") {
+			warned = append(warned, line)
+		}
+	}
+	if len(warned) != 1 || warned[0] != want {
+		t.Fatalf("warnings at Close %q, want [%q]", warned, want)
 	}
 }
 
