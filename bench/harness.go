@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -17,7 +18,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
@@ -246,14 +246,14 @@ func startInstance(ctx context.Context, cfg *config, st store.SchemaManager, db 
 			return nil, fmt.Errorf("%s has no position delivery", st.Table())
 		}
 		var err error
-		if pr, err = position.New(position.Config{Log: lg, Store: st, DB: db, Logger: zerolog.Nop()}); err != nil {
+		if pr, err = position.New(position.Config{Log: lg, Store: st, DB: db, Logger: slog.New(slog.DiscardHandler)}); err != nil {
 			return nil, err
 		}
 		wst = pr.Store()
 	}
 	// Silent: the benchmarks measure the library, not its warnings on
 	// stderr (W2's bursts overflow the hot queue on purpose).
-	quiet := zerolog.Nop()
+	quiet := slog.New(slog.DiscardHandler)
 	dcfg := dispatch.Config{
 		Store: wst, DB: db, Registry: reg, Metrics: in.m, Logger: quiet,
 		Workers: cfg.workers, HotQueueSize: cfg.hotQueue, ColdQueueSize: cfg.coldQueue,

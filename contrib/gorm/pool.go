@@ -3,12 +3,11 @@ package outboxgorm
 import (
 	"context"
 	"database/sql"
+	"log/slog"
 
-	"github.com/rs/zerolog"
 	"gorm.io/gorm"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/logging"
 	"github.com/outboxkit/outbox/internal/txrun"
 )
 
@@ -31,16 +30,16 @@ import (
 //		return err
 //	})
 //
-// cfg.Logger (or cfg.Slog) receives panics of the callbacks; cfg.TxOptions is not used
+// cfg.Logger receives panics of the callbacks; cfg.TxOptions is not used
 // (GORM passes its own). gormDB.DB() still returns db.
 func Pool(db *sql.DB, cfg Config) gorm.ConnPool {
-	return &pool{DB: db, log: logging.Resolve(cfg.Logger, cfg.Slog)}
+	return &pool{DB: db, log: cfg.Logger}
 }
 
 // pool is a *sql.DB whose BeginTx returns transactions with callbacks.
 type pool struct {
 	*sql.DB
-	log zerolog.Logger
+	log *slog.Logger // nil: outboxlog.Default()
 }
 
 var (

@@ -3,13 +3,13 @@ package position
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/lifecycle"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // Handler is the dispatcher as the reader sees it.
@@ -38,8 +38,9 @@ type Config struct {
 	HotMax int
 	// Ordering: the aggregate types whose events take the claim path.
 	Ordering core.Ordering
-	Logger   zerolog.Logger
-	Now      func() time.Time
+	// Logger receives the reader's logs; nil: outboxlog.Default().
+	Logger *slog.Logger
+	Now    func() time.Time
 }
 
 // Reader delivers a table's STREAM rows in position order from its
@@ -51,7 +52,7 @@ type Reader struct {
 	owner string // the lease owner of the events the reader hands over
 	loop  lifecycle.Loop
 	wake  chan struct{}
-	log   zerolog.Logger
+	log   *slog.Logger
 
 	saveMu sync.Mutex
 	saved  State // the last state written
@@ -75,7 +76,7 @@ func New(cfg Config) (*Reader, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	r := &Reader{cfg: cfg, t: newTracker(cfg.HotMax), wake: make(chan struct{}, 1), log: cfg.Logger}
+	r := &Reader{cfg: cfg, t: newTracker(cfg.HotMax), wake: make(chan struct{}, 1), log: outboxlog.Or(cfg.Logger)}
 	if cfg.Handler != nil {
 		r.SetHandler(cfg.Handler)
 	}
@@ -168,7 +169,8 @@ func (r *Reader) run(ctx context.Context, stop <-chan struct{}) {
 			if r.live() {
 				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 				if err := r.save(sctx); err != nil {
-					r.log.Warn().Err(err).Msg("outbox position reader: last save failed; the events delivered since the previous one are delivered again after a restart")
+					r.log.WarnContext(ctx, "outbox position reader: last save failed; the events delivered since the previous one are delivered again after a restart",
+						outboxlog.Err(err))
 				}
 				cancel()
 			}
@@ -186,7 +188,7 @@ func (r *Reader) run(ctx context.Context, stop <-chan struct{}) {
 		next := r.cfg.Interval
 		switch {
 		case err != nil:
-			r.log.Error().Err(err).Msg("outbox position reader: read failed; retrying with backoff")
+			r.log.ErrorContext(ctx, "outbox position reader: read failed; retrying with backoff", outboxlog.Err(err))
 			backoff = min(2*backoff, 5*time.Second)
 			next = backoff
 		case full:
@@ -221,8 +223,8 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 		r.saveMu.Lock()
 		r.saved = st
 		r.saveMu.Unlock()
-		r.log.Info().Int64("floor", st.Floor).Int64("cursor", st.Cursor).Int("open_ranges", len(st.Open)).
-			Msg("outbox position reader: reading from the persisted position")
+		r.log.InfoContext(ctx, "outbox position reader: reading from the persisted position",
+			slog.Int64("floor", st.Floor), slog.Int64("cursor", st.Cursor), slog.Int("open_ranges", len(st.Open)))
 	}
 	room := r.cfg.Handler.ColdCapacity()
 	if gaps := r.t.startCycle(); len(gaps) > 0 {
@@ -304,9 +306,9 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 // decoded; a refused one is read again.
 func (r *Reader) hand(ctx context.Context, row Row) {
 	if row.Err != nil {
-		r.log.Error().Err(row.Err).Str("event_id", row.ID).Msg("outbox position reader: row cannot be decoded; marked DEAD")
+		r.log.ErrorContext(ctx, "outbox position reader: row cannot be decoded; marked DEAD", outboxlog.Err(row.Err), slog.String("event_id", row.ID))
 		if _, err := r.cfg.Log.MarkFailed(ctx, r.cfg.DB, row.ID, true, r.cfg.Now(), row.Err.Error()); err != nil {
-			r.log.Error().Err(err).Str("event_id", row.ID).Msg("outbox position reader: marking an undecodable row DEAD failed")
+			r.log.ErrorContext(ctx, "outbox position reader: marking an undecodable row DEAD failed", outboxlog.Err(err), slog.String("event_id", row.ID))
 			r.t.giveBack(row.ID)
 			return
 		}

@@ -15,11 +15,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-
-	"github.com/rs/zerolog"
+	"log/slog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/txhooks"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // Ender ends a transaction: an ORM's transaction type (bun.Tx, ent's Tx).
@@ -37,8 +37,9 @@ type Begun struct {
 	// Key identifies the handle the transaction was begun on; Do joins a
 	// transaction of the same key. Nil: never joined.
 	Key any
-	// Log receives panics of callbacks and late registrations.
-	Log zerolog.Logger
+	// Log receives panics of callbacks and late registrations. Nil:
+	// outboxlog.Default().
+	Log *slog.Logger
 }
 
 var _ core.Tx = (*Tx)(nil)
@@ -50,7 +51,7 @@ type Tx struct {
 	exec  core.DBTX
 	orm   any
 	key   any
-	log   zerolog.Logger
+	log   *slog.Logger
 	hooks txhooks.Hooks
 }
 
@@ -132,7 +133,8 @@ func Do(ctx context.Context, key any, begin func(ctx context.Context) (Begun, er
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
-	t := &Tx{exec: b.Exec, orm: b.ORM, key: b.Key, log: b.Log, hooks: txhooks.Hooks{Log: b.Log, Prefix: "outbox"}}
+	log := outboxlog.Or(b.Log)
+	t := &Tx{exec: b.Exec, orm: b.ORM, key: b.Key, log: log, hooks: txhooks.Hooks{Log: log, Prefix: "outbox"}}
 
 	cbCtx := context.WithoutCancel(ctx)
 	returned := false
@@ -141,7 +143,7 @@ func Do(ctx context.Context, key any, begin func(ctx context.Context) (Begun, er
 			return
 		}
 		if err := b.End.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
-			t.log.Error().Err(err).Msg("outbox: roll back transaction after panic")
+			t.log.LogAttrs(cbCtx, slog.LevelError, "outbox: roll back transaction after panic", outboxlog.Err(err))
 		}
 		t.finish(cbCtx, false)
 	}()
@@ -168,7 +170,8 @@ func Do(ctx context.Context, key any, begin func(ctx context.Context) (Begun, er
 // integration that ends transactions itself (inside the ORM's own commit and
 // rollback) instead of through Do: it calls Finish once the transaction has
 // ended.
-func NewTx(exec core.DBTX, orm any, log zerolog.Logger) *Tx {
+func NewTx(exec core.DBTX, orm any, log *slog.Logger) *Tx {
+	log = outboxlog.Or(log)
 	return &Tx{exec: exec, orm: orm, log: log, hooks: txhooks.Hooks{Log: log, Prefix: "outbox"}}
 }
 

@@ -4,11 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"testing"
-
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/txrun"
@@ -144,7 +143,7 @@ func TestFinishOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	tr := txrun.NewTx(tx, nil, zerolog.Nop())
+	tr := txrun.NewTx(tx, nil, slog.New(slog.DiscardHandler))
 	var got []string
 	tr.AfterCommit(func(context.Context) { got = append(got, "commit") })
 	tr.AfterRollback(func(context.Context) { got = append(got, "rollback") })
