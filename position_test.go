@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -229,6 +230,88 @@ func TestPositionSingleActive(t *testing.T) {
 				}
 			}
 			s.mu.Unlock()
+		}
+	})
+}
+
+// TestPositionOrderedTakesClaimPath: with DeliveryPosition, events of an
+// ordered aggregate type are written and delivered as in DeliveryClaim
+// (NEW or WAITING, then DONE), in key order; unordered events of the same
+// transactions are STREAM rows.
+func TestPositionOrderedTakesClaimPath(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
+		if tg.Name == "mysql" {
+			t.Skip("no position delivery on MySQL and MariaDB")
+		}
+		const shipments = core.AggregateName("Shipment") // not ordered
+		var mu sync.Mutex
+		var order []string
+		reg := core.NewRegistry()
+		record := func(_ context.Context, ev core.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			order = append(order, ev.ID())
+			return nil
+		}
+		if err := reg.RegisterFunc(orders, orderPlaced, record); err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.RegisterFunc(shipments, orderPlaced, record); err != nil {
+			t.Fatal(err)
+		}
+		ob := start(t, fast(outbox.Config{DB: tg.DB, Store: tg.Ordered, Registry: reg, Delivery: outbox.DeliveryPosition}))
+		var ordered, plain []string
+		for i := range 3 {
+			err := ob.Do(context.Background(), func(ctx context.Context) error {
+				o, err := core.NewEnvelope(core.EnvelopeSpec{Type: orderPlaced, AggregateType: orders, AggregateID: "key-1",
+					JSON: []byte(`{}`)})
+				if err != nil {
+					return err
+				}
+				p, err := core.NewEnvelope(core.EnvelopeSpec{Type: orderPlaced, AggregateType: shipments,
+					AggregateID: fmt.Sprint("s-", i), JSON: []byte(`{}`)})
+				if err != nil {
+					return err
+				}
+				ids, err := ob.Writer().WriteAll(ctx, []core.Envelope{o, p})
+				if err != nil {
+					return err
+				}
+				ordered, plain = append(ordered, ids[0]), append(plain, ids[1])
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitStatus(t, tg, core.StatusDone, ordered...)
+		waitStatus(t, tg, core.StatusStream, plain...)
+		end := time.Now().Add(deadline)
+		for {
+			mu.Lock()
+			n := len(order)
+			mu.Unlock()
+			if n == len(ordered)+len(plain) {
+				break
+			}
+			if time.Now().After(end) {
+				t.Fatalf("%d of %d events delivered", n, len(ordered)+len(plain))
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		var got []string
+		for _, id := range order {
+			if slices.Contains(ordered, id) {
+				got = append(got, id)
+			}
+		}
+		if !slices.Equal(got, ordered) {
+			t.Errorf("ordered events delivered in order %v, want %v", got, ordered)
+		}
+		if len(order) != len(ordered)+len(plain) {
+			t.Errorf("%d deliveries, want %d", len(order), len(ordered)+len(plain))
 		}
 	})
 }
