@@ -89,9 +89,6 @@ func (t *tracker) load(st State, tok Token) {
 		}
 	}
 	slices.SortFunc(t.gaps, func(a, b gap) int { return cmpInt(a.lo, b.lo) })
-	// Hot positions at or below the cursor that the persisted state
-	// counts as resolved cannot exist: a position resolved there was read
-	// or final. Drop what a previous run of this process left ahead.
 	t.live = true
 }
 
@@ -213,8 +210,7 @@ func (t *tracker) giveBack(id string) {
 
 // inGap reports whether pos lies in a gap. Under mu.
 func (t *tracker) inGap(pos int64) bool {
-	i, ok := t.gapAt(pos)
-	_ = i
+	_, ok := t.gapAt(pos)
 	return ok
 }
 
