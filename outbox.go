@@ -82,7 +82,7 @@ const (
 	// partitioned) and SQLite; New refuses it on MySQL and MariaDB. Mode
 	// SingleNode, MultiNode with SingleActive (the active instance is the
 	// reader, and only it delivers its own writes through the hot path; the
-	// others' writes wait for its next read, every 50 ms), or WriterOnly.
+	// others' writes are read after their commit's NOTIFY), or WriterOnly.
 	// The table needs migration 0003 (outboxctl migrate up, or
 	// CreateSchema). See docs/configuration.md#delivery.
 	DeliveryPosition

@@ -371,3 +371,70 @@ func TestPositionRollbackLeavesNoHole(t *testing.T) {
 		}
 	})
 }
+
+// TestPositionStandbyLatency logs, without asserting it, how long after
+// its COMMIT returned an event written on a standby reaches the active
+// instance's listener: in DeliveryClaim through a plain *sql.Tx (no hot
+// path: NOTIFY, then a claim), in DeliveryPosition through Do (NOTIFY,
+// then a read). 300 events each, one after the other (PostgreSQL).
+func TestPositionStandbyLatency(t *testing.T) {
+	tg := testdb.Open(t, "postgres")
+	for _, d := range []outbox.Delivery{outbox.DeliveryClaim, outbox.DeliveryPosition} {
+		var mu sync.Mutex
+		got := map[string]time.Time{}
+		arrived := make(chan struct{}, 1)
+		reg := core.NewRegistry()
+		if err := reg.RegisterFunc(orders, orderPlaced, func(_ context.Context, ev core.Event) error {
+			mu.Lock()
+			got[ev.ID()] = time.Now()
+			mu.Unlock()
+			select {
+			case arrived <- struct{}{}:
+			default:
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		cfg := func(db outbox.DB) outbox.Config {
+			return outbox.Config{DB: db, Store: tg.Store, Registry: reg, Mode: outbox.MultiNode, SingleActive: true, Delivery: d}
+		}
+		a := start(t, cfg(tg.DB))
+		waitActive(t, a, true)
+		b := start(t, cfg(tg.Reopen(t)))
+		var lats []time.Duration
+		for i := range 300 {
+			var id string
+			if d == outbox.DeliveryClaim {
+				id = writePlain(t, tg, b, 1, fmt.Sprint("lat-", i))[0]
+			} else {
+				id = write(t, b, 1, fmt.Sprint("lat-", i))[0]
+			}
+			committed := time.Now()
+			end := committed.Add(deadline)
+			for {
+				mu.Lock()
+				at, ok := got[id]
+				mu.Unlock()
+				if ok {
+					lats = append(lats, at.Sub(committed))
+					break
+				}
+				select {
+				case <-arrived:
+				case <-time.After(time.Until(end)):
+					t.Fatalf("%s: event %d not delivered", d, i)
+				}
+			}
+		}
+		slices.Sort(lats)
+		t.Logf("%s: a standby's event reached the active instance's listener p50 %s, p99 %s, max %s after its COMMIT returned",
+			d, lats[len(lats)/2], lats[len(lats)*99/100], lats[len(lats)-1])
+		if err := a.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

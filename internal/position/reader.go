@@ -2,6 +2,7 @@ package position
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -36,6 +37,9 @@ type Config struct {
 	// HotMax bounds the positions the hot path holds at once; beyond it
 	// the reader delivers. Default 10,000.
 	HotMax int
+	// NoWatch: do not LISTEN for the table's wake-ups (core.WakeSource,
+	// PostgreSQL) on a dedicated connection; read every Interval only.
+	NoWatch bool
 	// Ordering: the aggregate types whose events take the claim path.
 	Ordering core.Ordering
 	// Logger receives the reader's logs; nil: outboxlog.Default().
@@ -160,6 +164,15 @@ func (r *Reader) Wake() {
 func (r *Reader) active() bool { return r.cfg.Active == nil || r.cfg.Active() }
 
 func (r *Reader) run(ctx context.Context, stop <-chan struct{}) {
+	if src, ok := core.StoreAs[core.WakeSource](r.cfg.Store); ok && !r.cfg.NoWatch {
+		wctx, cancelWatch := context.WithCancel(ctx)
+		var watching sync.WaitGroup
+		watching.Go(func() { r.watch(wctx, src) })
+		defer func() {
+			cancelWatch()
+			watching.Wait()
+		}()
+	}
 	backoff := r.cfg.Interval
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -198,6 +211,39 @@ func (r *Reader) run(ctx context.Context, stop <-chan struct{}) {
 			backoff = r.cfg.Interval
 		}
 		timer.Reset(next)
+	}
+}
+
+// watch calls src.Watch until ctx is done, so that a commit the hot path
+// does not deliver (another instance's, a WriterOnly process's) is read at
+// once rather than at the next Interval; after a failure it opens the
+// connection again with a back-off, reading every Interval meanwhile.
+func (r *Reader) watch(ctx context.Context, src core.WakeSource) {
+	wait := 100 * time.Millisecond
+	for {
+		started := time.Now()
+		err := src.Watch(ctx, r.cfg.DB, r.Wake)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, core.ErrInvalid) {
+			r.log.ErrorContext(ctx, "outbox position reader cannot watch for new events; it reads every interval only",
+				outboxlog.Err(err))
+			return
+		}
+		if time.Since(started) > 30*time.Second {
+			wait = 100 * time.Millisecond
+		}
+		r.log.WarnContext(ctx, "outbox position reader lost its watch connection; reading every interval meanwhile",
+			outboxlog.Err(err), slog.Int64("retry_in_ms", wait.Milliseconds()))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Second)
 	}
 }
 

@@ -103,8 +103,22 @@ func (s *store) InsertOrdered(ctx context.Context, db core.DBTX, envs []core.Env
 		return core.InsertResult{}, err
 	}
 	if opts.LeaseOwner != "" {
+		missed := false
 		for i, env := range stream {
-			s.r.t.takeHot(env.ID(), pos[i])
+			if !s.r.t.takeHot(env.ID(), pos[i]) {
+				missed = true
+			}
+		}
+		// The Writer signals only writes without a hot path; these have
+		// one, but not for position delivery (this process is not the
+		// reader, or its hot set is full): wake the reader when they
+		// commit. One signal per transaction reaches the listeners.
+		if missed {
+			if n, ok := core.StoreAs[core.InsertNotifier](s.Store); ok {
+				if err := n.NotifyInsert(ctx, db); err != nil {
+					return core.InsertResult{}, err
+				}
+			}
 		}
 	}
 	return res, nil
