@@ -58,9 +58,17 @@ type Reader struct {
 	wake  chan struct{}
 	log   *slog.Logger
 
+	// waitsForRoom: the last cycle read less than it could because the
+	// cold queue was full (the reader's goroutine only).
+	waitsForRoom bool
+
 	saveMu sync.Mutex
 	saved  State // the last state written
 }
+
+// roomWait is the pause before the next read while a backlog waits for
+// room in the dispatcher's cold queue.
+const roomWait = 5 * time.Millisecond
 
 // New returns a Reader; cfg.Log, Store and DB are required, and Handler,
 // which may be set later with SetHandler, before Start.
@@ -200,6 +208,11 @@ func (r *Reader) run(ctx context.Context, stop <-chan struct{}) {
 		full, err := r.cycle(ctx)
 		next := r.cfg.Interval
 		switch {
+		case err == nil && r.waitsForRoom:
+			// A backlog waits for room in the cold queue: look again
+			// soon, as the poller does, rather than after an Interval.
+			backoff = r.cfg.Interval
+			next = roomWait
 		case err != nil:
 			r.log.ErrorContext(ctx, "outbox position reader: read failed; retrying with backoff", outboxlog.Err(err))
 			backoff = min(2*backoff, 5*time.Second)
@@ -273,6 +286,7 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 			slog.Int64("floor", st.Floor), slog.Int64("cursor", st.Cursor), slog.Int("open_ranges", len(st.Open)))
 	}
 	room := r.cfg.Handler.ColdCapacity()
+	r.waitsForRoom = false
 	if gaps := r.t.startCycle(); len(gaps) > 0 {
 		h, _, err := lg.Horizon(ctx, db)
 		if err != nil {
@@ -289,6 +303,9 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 			}
 		}
 		r.t.finalize(h)
+	}
+	if room <= 0 {
+		r.waitsForRoom = true // reading on would only hand rows back
 	}
 	if room > 0 {
 		n := min(room, r.cfg.BatchSize)
@@ -323,6 +340,7 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 		}
 		r.t.readTo(got, tok)
 		full = len(rows) == n
+		r.waitsForRoom = full && n < r.cfg.BatchSize // the read was cut to the room left
 		if len(fetch) > 0 {
 			// In flight already (seen), so nothing else hands them over;
 			// a row that left STREAM meanwhile cannot: only this process
