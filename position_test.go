@@ -15,6 +15,7 @@ import (
 	"github.com/outboxkit/outbox/internal/position"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/store/migrations"
+	"github.com/outboxkit/outbox/store/postgres"
 )
 
 // flaky fails each event whose aggregate id starts with "fail" once.
@@ -436,5 +437,61 @@ func TestPositionStandbyLatency(t *testing.T) {
 		if err := b.Close(context.Background()); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestPositionWriterOnly: a WriterOnly process in position delivery writes
+// STREAM rows, which the delivering process's reader delivers once each.
+func TestPositionWriterOnly(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
+		if tg.Name == "mysql" {
+			t.Skip("no position delivery on MySQL and MariaDB")
+		}
+		var f flaky
+		start(t, positionConfig(t, tg, &f))
+		w := start(t, outbox.Config{DB: tg.DB, Store: tg.Store, Mode: outbox.WriterOnly, Delivery: outbox.DeliveryPosition})
+		ids := write(t, w, 10, "writer-only")
+		waitSeen(t, &f.seen, ids...)
+		waitStatus(t, tg, core.StatusStream, ids...)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, id := range ids {
+			if n := f.ids[id]; n != 1 {
+				t.Errorf("%s delivered %d times", id, n)
+			}
+		}
+	})
+}
+
+// TestPositionNewRefuses: what DeliveryPosition does not cover is refused
+// by New with an error matching core.ErrInvalid that names it.
+func TestPositionNewRefuses(t *testing.T) {
+	tg := testdb.Open(t, "sqlite")
+	var f flaky
+	for name, c := range map[string]struct {
+		edit func(*outbox.Config)
+		says string
+	}{
+		"MultiNode without SingleActive": {func(c *outbox.Config) { c.Mode = outbox.MultiNode }, "needs SingleActive"},
+		"DeleteDelivered":                {func(c *outbox.Config) { c.Dispatch.DeleteDelivered = true }, "DeleteDelivered"},
+		"Dispatch.Store":                 {func(c *outbox.Config) { c.Dispatch.Store = tg.Store }, "Dispatch.Store"},
+		"unknown Delivery":               {func(c *outbox.Config) { c.Delivery = 7 }, "unknown Delivery 7"},
+	} {
+		cfg := positionConfig(t, tg, &f)
+		c.edit(&cfg)
+		_, err := outbox.New(cfg)
+		if !errors.Is(err, core.ErrInvalid) || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %v, want an error matching core.ErrInvalid saying %q", name, err, c.says)
+		}
+	}
+	pg := testdb.Open(t, "postgres")
+	parted, err := postgres.New(postgres.Config{Table: testdb.UniqueName("outbox_parted"), Partitions: &postgres.Partitions{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := positionConfig(t, pg, &f)
+	cfg.Store = parted
+	if _, err := outbox.New(cfg); !errors.Is(err, core.ErrInvalid) || !strings.Contains(err.Error(), "not partitioned") {
+		t.Errorf("partitioned table: %v", err)
 	}
 }
