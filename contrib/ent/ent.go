@@ -37,7 +37,7 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/logging"
-	"github.com/outboxkit/outbox/internal/txrun"
+	"github.com/outboxkit/outbox/ormtx"
 )
 
 // Config configures a Driver. The zero value is valid.
@@ -58,7 +58,7 @@ type Config struct {
 // (ent.NewClient(ent.Driver(drv))).
 type Driver struct {
 	*entsql.Driver
-	log zerolog.Logger
+	log *slog.Logger
 }
 
 var _ dialect.Driver = (*Driver)(nil)
@@ -69,7 +69,7 @@ func NewDriver(drv *entsql.Driver, cfg Config) (*Driver, error) {
 	if drv == nil {
 		return nil, core.Invalid("ent driver", "is nil")
 	}
-	return &Driver{Driver: drv, log: logging.Resolve(cfg.Logger, cfg.Slog)}, nil
+	return &Driver{Driver: drv, log: ormLogger(cfg)}, nil
 }
 
 // Tx begins a transaction, as the wrapped driver does.
@@ -125,21 +125,21 @@ func Do[T Committer](ctx context.Context, begin func(ctx context.Context) (T, er
 	if fn == nil {
 		return core.Invalid("transaction function", "is nil")
 	}
-	return txrun.Do(ctx, nil, func(ctx context.Context) (txrun.Begun, error) {
+	return ormtx.Do(ctx, nil, func(ctx context.Context) (ormtx.Begun, error) {
 		s := &slot{}
 		tx, err := begin(context.WithValue(ctx, slotKey{}, s))
 		if err != nil {
-			return txrun.Begun{}, err
+			return ormtx.Begun{}, err
 		}
 		sqlTx, ok := sqlTxOf(s.tx)
 		if !ok {
 			_ = tx.Rollback()
-			return txrun.Begun{}, core.Invalid("ent client",
+			return ormtx.Begun{}, core.Invalid("ent client",
 				"does not run on an outboxent.Driver, so the outbox cannot write in its transactions: "+
 					"build it with ent.NewClient(ent.Driver(drv)), drv from outboxent.NewDriver")
 		}
-		return txrun.Begun{End: tx, Exec: sqlTx, ORM: tx, Log: s.drv.log}, nil
-	}, func(ctx context.Context, t *txrun.Tx) error {
+		return ormtx.Begun{End: tx, Exec: sqlTx, ORM: tx, Logger: s.drv.log}, nil
+	}, func(ctx context.Context, t *ormtx.Tx) error {
 		return fn(ctx, t.ORM().(T))
 	})
 }
@@ -158,10 +158,16 @@ func sqlTxOf(tx dialect.Tx) (*sql.Tx, bool) {
 // client.
 func From[T Committer](ctx context.Context) (T, bool) {
 	var zero T
-	t, ok := txrun.From(ctx)
+	t, ok := ormtx.From(ctx)
 	if !ok {
 		return zero, false
 	}
 	tx, ok := t.ORM().(T)
 	return tx, ok
+}
+
+// ormLogger is the logger package ormtx reports the callbacks' panics and
+// late registrations to: cfg's, as package logging resolves it.
+func ormLogger(cfg Config) *slog.Logger {
+	return slog.New(zerolog.NewSlogHandler(logging.Resolve(cfg.Logger, cfg.Slog)))
 }

@@ -3,13 +3,14 @@ package outboxgorm
 import (
 	"context"
 	"database/sql"
+	"log/slog"
 
 	"github.com/rs/zerolog"
 	"gorm.io/gorm"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/logging"
-	"github.com/outboxkit/outbox/internal/txrun"
+	"github.com/outboxkit/outbox/ormtx"
 )
 
 // Pool returns db as the connection pool of a GORM dialector (the Conn of
@@ -34,13 +35,13 @@ import (
 // cfg.Logger (or cfg.Slog) receives panics of the callbacks; cfg.TxOptions is not used
 // (GORM passes its own). gormDB.DB() still returns db.
 func Pool(db *sql.DB, cfg Config) gorm.ConnPool {
-	return &pool{DB: db, log: logging.Resolve(cfg.Logger, cfg.Slog)}
+	return &pool{DB: db, log: ormLogger(cfg)}
 }
 
 // pool is a *sql.DB whose BeginTx returns transactions with callbacks.
 type pool struct {
 	*sql.DB
-	log zerolog.Logger
+	log *slog.Logger
 }
 
 var (
@@ -57,7 +58,7 @@ func (p *pool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnPool,
 	if err != nil {
 		return nil, err
 	}
-	return &poolTx{Tx: tx, cb: txrun.NewTx(tx, nil, p.log), ctx: context.WithoutCancel(ctx)}, nil
+	return &poolTx{Tx: tx, cb: ormtx.NewTx(tx, nil, p.log), ctx: context.WithoutCancel(ctx)}, nil
 }
 
 // GetDBConn returns the *sql.DB, for gorm.DB.DB.
@@ -67,7 +68,7 @@ func (p *pool) GetDBConn() (*sql.DB, error) { return p.DB, nil }
 // statements and a core.Tx for the Writer's.
 type poolTx struct {
 	*sql.Tx
-	cb  *txrun.Tx
+	cb  *ormtx.Tx
 	ctx context.Context // BeginTx's, without its cancellation: the callbacks'
 }
 
@@ -91,3 +92,9 @@ func (t *poolTx) AfterCommit(fn func(ctx context.Context)) { t.cb.AfterCommit(fn
 
 // AfterRollback registers fn to run once after a rollback or a failed COMMIT.
 func (t *poolTx) AfterRollback(fn func(ctx context.Context)) { t.cb.AfterRollback(fn) }
+
+// ormLogger is the logger package ormtx reports the callbacks' panics and
+// late registrations to: cfg's, as package logging resolves it.
+func ormLogger(cfg Config) *slog.Logger {
+	return slog.New(zerolog.NewSlogHandler(logging.Resolve(cfg.Logger, cfg.Slog)))
+}
