@@ -833,6 +833,9 @@ func release(root string, mods []*mod, version string) error {
 		}
 		changed++
 	}
+	if err := writeWorkReplaces(root, mods, version); err != nil {
+		return err
+	}
 	var tags []string
 	for _, m := range releaseOrder(mods) {
 		if m.dir == "." {
@@ -852,6 +855,68 @@ the modules it requires):
 	}
 	fmt.Printf("\tgit push origin %s\n", strings.Join(tags, " "))
 	return nil
+}
+
+// required returns the repository's modules some module requires.
+func required(mods []*mod) []*mod {
+	var out []*mod
+	for _, m := range mods {
+		for _, r := range m.file.Require {
+			if d := byPath(mods, r.Mod.Path); d != nil && !slices.Contains(out, d) {
+				out = append(out, d)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b *mod) int { return cmp.Compare(a.dir, b.dir) })
+	return out
+}
+
+// writeWorkReplaces sets go.work's replace directives: one for each module
+// another one requires, at version, to its directory. A workspace module
+// takes the place of its required versions in the build, but the go command
+// still reads the go.mod of the version required, which a proxy serves only
+// once it is tagged; the replace gives it the working tree's. It touches
+// no go.mod: a consumer never reads go.work.
+func writeWorkReplaces(root string, mods []*mod, version string) error {
+	file := filepath.Join(root, "go.work")
+	data, err := os.ReadFile(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	w, err := modfile.ParseWork(file, data, nil)
+	if err != nil {
+		return err
+	}
+	for _, r := range slices.Clone(w.Replace) {
+		if byPath(mods, r.Old.Path) != nil {
+			if err := w.DropReplace(r.Old.Path, r.Old.Version); err != nil {
+				return err
+			}
+		}
+	}
+	w.Cleanup()
+	out := bytes.TrimRight(modfile.Format(w.Syntax), "\n")
+	out = append(out, "\n\n// The versions the modules require of each other, served by their\n"+
+		"// directories (make release writes these; see internal/modtool).\nreplace (\n"...)
+	for _, m := range required(mods) {
+		out = fmt.Appendf(out, "\t%s %s => %s\n", m.path, version, dirPath(m.dir))
+	}
+	out = append(out, ")\n"...)
+	if bytes.Equal(out, data) {
+		return nil
+	}
+	return os.WriteFile(file, out, 0o644)
+}
+
+// dirPath returns a replacement path for dir.
+func dirPath(dir string) string {
+	if dir == "." {
+		return "./"
+	}
+	return "./" + dir
 }
 
 // releaseOrder returns the published modules, each after the repository's
@@ -875,7 +940,9 @@ func releaseOrder(mods []*mod) []*mod {
 		}
 	}
 	for _, m := range mods {
-		visit(m)
+		if m.unpublished() == "" {
+			visit(m)
+		}
 	}
 	return order
 }
@@ -888,9 +955,9 @@ func execIn(root string, mods []*mod, dir string, args []string) error {
 	if args[0] == "--" {
 		args = args[1:]
 	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return err
+	abs := dir
+	if !filepath.IsAbs(dir) {
+		abs = filepath.Join(root, dir) // relative to the repository's root
 	}
 	rel, err := filepath.Rel(root, abs)
 	if err != nil {
@@ -935,7 +1002,16 @@ func execIn(root string, mods []*mod, dir string, args []string) error {
 	}
 	defer os.RemoveAll(tmp)
 	gowork := filepath.Join(tmp, "go.work")
-	if err := os.WriteFile(gowork, []byte(fmt.Sprintf("go %s\n\nuse (\n%s)\n", goVersion, work.String())), 0o644); err != nil {
+	version, err := repoVersion(mods)
+	if err != nil {
+		return err
+	}
+	var replace strings.Builder
+	for _, m := range required(use) {
+		fmt.Fprintf(&replace, "\t%s %s => %s\n", m.path, version, filepath.Join(root, filepath.FromSlash(m.dir)))
+	}
+	text := fmt.Sprintf("go %s\n\nuse (\n%s)\n\nreplace (\n%s)\n", goVersion, work.String(), replace.String())
+	if err := os.WriteFile(gowork, []byte(text), 0o644); err != nil {
 		return err
 	}
 	cmd := exec.Command(args[0], args[1:]...)
