@@ -29,8 +29,9 @@
 // with GOWORK=off, no replace, GOFLAGS=-mod=mod and a module cache of its
 // own, runs go get of the root module and every published nested module at
 // that version and builds and runs a program importing every public package
-// of them. Last it builds (go build and go vet ./...) every module of the
-// repository, published or not, as unpacked from the proxy, with GOWORK=off.
+// of them. Last it runs go build ./... in every module of the repository,
+// published or not, as unpacked from the proxy, with GOWORK=off, and go vet
+// ./... in the published ones (which compiles their tests too).
 //
 // A module is published unless it lives under bench/, samples/ or internal/
 // (programs and tools) or its directory's name ends in "test" (the tests of
@@ -111,12 +112,27 @@ func run(root, cmd string, args []string) error {
 		return consumer(root, mods, split(*allow), *keep)
 	case "proxy":
 		out := fs.String("o", "", "the proxy's directory (GOPROXY=file://DIR)")
-		version := fs.String("version", testVersion, "the version to publish every module at")
+		version := fs.String("version", testVersion, `the version to publish every module at; "checkout": a pseudo-version of the commit checked out`)
 		fs.Parse(args)
 		if *out == "" {
 			return errors.New("proxy: -o DIR is required")
 		}
-		return writeProxy(root, mods, *version, *out)
+		if *version == "checkout" {
+			v, err := checkoutVersion(root)
+			if err != nil {
+				return err
+			}
+			*version = v
+		}
+		if err := writeProxy(root, mods, *version, *out); err != nil {
+			return err
+		}
+		abs, _ := filepath.Abs(*out)
+		fmt.Printf("A module proxy of this checkout, every module at %s, is in %s. In your module:\n\n"+
+			"\texport GOPROXY=file://%s,https://proxy.golang.org GONOSUMDB=github.com/outboxkit\n"+
+			"\tgo get github.com/outboxkit/outbox github.com/outboxkit/outbox/broker/jetstream ... (the modules you use)\n",
+			*version, abs, filepath.ToSlash(abs))
+		return nil
 	case "tidy":
 		diff := fs.Bool("diff", false, "change nothing: print what go mod tidy would change and fail if anything")
 		fs.Parse(args)
@@ -437,6 +453,22 @@ func quoted(line string) string {
 	return line[i+1 : i+1+j]
 }
 
+// checkoutVersion returns the pseudo-version of the commit checked out in
+// root (v0.0.0-yyyymmddhhmmss-abcdefabcdef), which no tag will take: a
+// proxy of the checkout serves it, and a later commit has another.
+func checkoutVersion(root string) (string, error) {
+	out, err := exec.Command("git", "-C", root, "log", "-1", "--format=%ct %H").Output()
+	if err != nil {
+		return "", fmt.Errorf("the commit checked out: %w", err)
+	}
+	var unix int64
+	var hash string
+	if _, err := fmt.Sscan(string(out), &unix, &hash); err != nil || len(hash) < 12 {
+		return "", fmt.Errorf("the commit checked out: git log printed %q", out)
+	}
+	return module.PseudoVersion("v0", "", time.Unix(unix, 0), hash[:12]), nil
+}
+
 // withRequires returns m's go.mod with every require of one of mods at
 // version.
 func withRequires(m *mod, mods []*mod, version string) ([]byte, error) {
@@ -471,10 +503,14 @@ func writeProxy(root string, mods []*mod, version, dir string) error {
 	if err != nil {
 		return err
 	}
+	when := time.Now().UTC().Truncate(time.Second)
+	if t, err := module.PseudoVersionTime(version); err == nil {
+		when = t
+	}
 	info, _ := json.Marshal(struct {
 		Version string
 		Time    time.Time
-	}{version, time.Now().UTC().Truncate(time.Second)})
+	}{version, when})
 	for _, m := range mods {
 		gomod, err := withRequires(m, mods, version)
 		if err != nil {
@@ -507,8 +543,11 @@ func writeProxy(root string, mods []*mod, version, dir string) error {
 		if err := z.Close(); err != nil {
 			return err
 		}
-		for name, data := range map[string][]byte{version + ".mod": gomod, version + ".info": info, "list": []byte(version + "\n")} {
-			if err := os.WriteFile(filepath.Join(vdir, name), data, 0o644); err != nil {
+		// @latest answers go get without a version when the list holds no
+		// release (a pseudo-version is never listed).
+		for name, data := range map[string][]byte{"@v/" + version + ".mod": gomod, "@v/" + version + ".info": info,
+			"@v/list": []byte(version + "\n"), "@latest": info} {
+			if err := os.WriteFile(filepath.Join(vdir, "..", filepath.FromSlash(name)), data, 0o644); err != nil {
 				return err
 			}
 		}
@@ -574,8 +613,10 @@ func newScratch(root string, mods []*mod, version string) (*scratch, error) {
 		proxy += "," + p
 	}
 	set := map[string]string{
-		"GOWORK":      "off",
-		"GOFLAGS":     strings.TrimSpace(goenv("GOFLAGS") + " -mod=mod -modcacherw"),
+		"GOWORK": "off",
+		// -trimpath keeps the scratch directory's name out of the build
+		// cache's keys, so that a second run compiles only what changed.
+		"GOFLAGS":     strings.TrimSpace(goenv("GOFLAGS") + " -mod=mod -modcacherw -trimpath"),
 		"GOPROXY":     proxy,
 		"GONOSUMDB":   strings.Trim(goenv("GONOSUMDB")+",github.com/outboxkit", ","),
 		"GOMODCACHE":  filepath.Join(dir, "modcache"),
@@ -703,11 +744,16 @@ func consumer(root string, mods []*mod, allow []string, keep bool) error {
 		if err := s.goCmd(dir, "build", "./..."); err != nil {
 			return err
 		}
+		if m.unpublished() != "" {
+			continue
+		}
+		// A published module's tests, too, build as published.
 		if err := s.goCmd(dir, "vet", "./..."); err != nil {
 			return err
 		}
 	}
-	fmt.Printf("modtool: consumer test passed: go get of %d published modules at %s, %d packages imported; go build and go vet ./... of %d modules with GOWORK=off\n",
+	fmt.Printf("modtool: consumer test passed: go get of %d published modules at %s, %d packages imported; "+
+		"with GOWORK=off, go build ./... of %d modules and go vet ./... of the published ones\n",
 		len(published), testVersion, len(imports), len(mods))
 	return nil
 }
