@@ -14,10 +14,6 @@ SOLO_MODULES := ./broker/kafka/kfaketest
 # MODTOOL (internal/modtool, a module of its own) keeps the modules
 # releasable: the consumer test, tidy without a published tag, release.
 MODTOOL = cd internal/modtool && GOWORK=off $(GO) run . -C $(CURDIR)
-# ALLOW_INTERNAL lists the imports of the root's internal packages that
-# published modules may still make: contrib's internal/logging, until the
-# logging options are exported. Empty it then: the consumer test enforces it.
-ALLOW_INTERNAL := github.com/outboxkit/outbox/internal/logging
 
 .DEFAULT_GOAL := help
 
@@ -89,7 +85,7 @@ tidy-check: ## Fail when a go.mod or go.sum is not tidy (make tidy fixes it); ch
 
 .PHONY: consumer-test
 consumer-test: ## Fetch and build every published module as a user does: file proxy of the working tree, scratch module, GOWORK=off, no replace (~2 min)
-	@$(MODTOOL) consumer -allow-internal '$(ALLOW_INTERNAL)'
+	@$(MODTOOL) consumer
 
 .PHONY: proxy
 proxy: ## Serve this checkout as a module proxy (.modproxy/, every module at the commit's pseudo-version) for a module of your own: see README

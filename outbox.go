@@ -12,14 +12,13 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
 	"github.com/outboxkit/outbox/internal/active"
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/lifecycle"
-	"github.com/outboxkit/outbox/internal/logging"
+	"github.com/outboxkit/outbox/outboxlog"
 	"github.com/outboxkit/outbox/poller"
 	"github.com/outboxkit/outbox/purge"
 	"github.com/outboxkit/outbox/txctx"
@@ -75,7 +74,7 @@ type DB interface {
 // Mode is WriterOnly. The component configurations (Dispatch, Poller, Purge)
 // are the components' own: every field keeps its meaning and default, and
 // the fields they share with this Config (Store, DB, Registry, Metrics,
-// Logger and Slog) are filled from here when left zero.
+// Logger) are filled from here when left zero.
 type Config struct {
 	// DB is the pool the components and Do run on. Required.
 	DB DB
@@ -120,18 +119,14 @@ type Config struct {
 	// of 500, hourly). Default nil: no purger.
 	Purge *purge.Config
 
-	// Logger is given to every component whose own Logger is zero (has no
-	// writer: the zero Logger, or one derived from it with With) and whose
-	// Slog is nil. Default: see Slog.
-	Logger zerolog.Logger
-	// Slog, when not nil, is used instead of Logger, and given to every
-	// component whose own Logger and Slog are unset. With neither set,
-	// every component sends its warnings and errors (DEAD events, store
-	// errors, hot-queue overflow) to slog.Default(), which writes to stderr
-	// unless the program changed it, and drops debug and info entries. To
-	// silence them, set Logger to zerolog.Nop() or Slog to
-	// slog.New(slog.DiscardHandler).
-	Slog *slog.Logger
+	// Logger is given to every component whose own Logger is nil (Dispatch,
+	// Poller, Purge, Tx, the Writer). Nil: outboxlog.Default(): every
+	// component sends its warnings and errors (DEAD events, store errors,
+	// hot-queue overflow) to slog.Default(), which writes to stderr unless
+	// the program changed it, and drops debug and info records. To silence
+	// them, set slog.New(slog.DiscardHandler). A zerolog.Logger zl is wired
+	// in with slog.New(zerolog.NewSlogHandler(zl)) (see package outboxlog).
+	Logger *slog.Logger
 	// Metrics is given to the dispatcher and poller when their own Metrics
 	// is nil. Default: core.NopMetrics{}.
 	Metrics core.Metrics
@@ -153,7 +148,7 @@ type Outbox struct {
 	mode       Mode
 	store      core.Store
 	db         DB
-	log        zerolog.Logger
+	log        *slog.Logger
 	writer     *core.Writer
 	dispatcher *dispatch.Dispatcher
 	poller     *poller.Poller
@@ -178,10 +173,10 @@ func New(cfg Config) (*Outbox, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	o := &Outbox{mode: cfg.Mode, store: cfg.Store, db: cfg.DB, log: logging.Resolve(cfg.Logger, cfg.Slog)}
+	o := &Outbox{mode: cfg.Mode, store: cfg.Store, db: cfg.DB, log: outboxlog.Or(cfg.Logger)}
 	o.life = lifecycle.NewStaged(lifecycle.Stages{Final: o.closeComponents})
 	txCfg := cfg.Tx
-	txCfg.Logger, txCfg.Slog = loggersOr(txCfg.Logger, txCfg.Slog, cfg)
+	txCfg.Logger = cmp.Or(txCfg.Logger, cfg.Logger)
 	var err error
 	if o.txm, err = txctx.New(cfg.DB, txCfg); err != nil {
 		return nil, err
@@ -194,7 +189,7 @@ func New(cfg Config) (*Outbox, error) {
 		dc.DB = cmp.Or(dc.DB, core.DBTX(cfg.DB))
 		dc.Registry = cmp.Or(dc.Registry, cfg.Registry)
 		dc.Metrics = cmp.Or(dc.Metrics, cfg.Metrics)
-		dc.Logger, dc.Slog = loggersOr(dc.Logger, dc.Slog, cfg)
+		dc.Logger = cmp.Or(dc.Logger, cfg.Logger)
 		dc.LeaseTimeout = cmp.Or(dc.LeaseTimeout, cfg.Poller.LeaseTimeout) // the one lease; validate checked they agree
 		if cfg.Mode == MultiNode && dc.Owner != "" {
 			dc.Owner = uniqueOwner(dc.Owner)
@@ -215,7 +210,7 @@ func New(cfg Config) (*Outbox, error) {
 		pc.Owner = o.dispatcher.Owner()
 		pc.LeaseTimeout = o.dispatcher.LeaseTimeout()
 		pc.Metrics = cmp.Or(pc.Metrics, cfg.Metrics)
-		pc.Logger, pc.Slog = loggersOr(pc.Logger, pc.Slog, cfg)
+		pc.Logger = cmp.Or(pc.Logger, cfg.Logger)
 		if o.poller, err = poller.New(pc); err != nil {
 			return nil, err
 		}
@@ -225,7 +220,7 @@ func New(cfg Config) (*Outbox, error) {
 		pc := *cfg.Purge
 		pc.Store = cmp.Or(pc.Store, core.Purger(cfg.Store))
 		pc.DB = cmp.Or(pc.DB, core.DBTX(cfg.DB))
-		pc.Logger, pc.Slog = loggersOr(pc.Logger, pc.Slog, cfg)
+		pc.Logger = cmp.Or(pc.Logger, cfg.Logger)
 		if cfg.sharedTable() && pc.Locker == nil {
 			// Several processes share the table: one purges at a time. A
 			// store without named locks (SQLite) purges unlocked, which is
@@ -239,7 +234,7 @@ func New(cfg Config) (*Outbox, error) {
 			return nil, err
 		}
 	}
-	o.writer, err = core.NewWriter(core.WriterConfig{Store: cfg.Store, Hook: hook, Logger: cfg.Logger, Slog: cfg.Slog,
+	o.writer, err = core.NewWriter(core.WriterConfig{Store: cfg.Store, Hook: hook, Logger: cfg.Logger,
 		ContextHeaders: cfg.ContextHeaders})
 	if err != nil {
 		return nil, err
@@ -267,7 +262,7 @@ func (o *Outbox) newGate(cfg Config) (*active.Gate, error) {
 				o.poller.Wake()
 			}
 		},
-		Logger: logging.Resolve(cfg.Logger, cfg.Slog),
+		Logger: cfg.Logger,
 	})
 }
 
@@ -370,7 +365,7 @@ func dispatchSet(c dispatch.Config) bool {
 		c.Workers != 0 || c.HotQueueSize != 0 || c.ColdQueueSize != 0 || c.MaxAttempts != 0 ||
 		c.Retry != nil || c.DrainTimeout != 0 || c.ListenerTimeout != 0 || c.StoreTimeout != 0 || c.LeaseTimeout != 0 ||
 		c.DoneBatchSize != 0 || c.DoneBatchLinger != 0 || c.DeleteDelivered || c.NoYieldAfterCommit ||
-		c.Interceptors != nil || c.Metrics != nil || config.HasWriter(c.Logger) || c.Slog != nil || c.Now != nil
+		c.Interceptors != nil || c.Metrics != nil || c.Logger != nil || c.Now != nil
 }
 
 // pollerSet is dispatchSet for the poller's configuration.
@@ -378,16 +373,7 @@ func pollerSet(c poller.Config) bool {
 	return c.Store != nil || c.DB != nil || c.Handler != nil || c.Owner != "" ||
 		c.LeaseTimeout != 0 || c.SkipRecent != 0 || c.BatchSize != 0 || c.MaxBatchSize != 0 || c.Interval != 0 ||
 		c.BusyInterval != 0 || c.BusyFor != 0 || c.NoWatch ||
-		c.ClaimTimeout != 0 || c.Metrics != nil || config.HasWriter(c.Logger) || c.Slog != nil || c.Now != nil
-}
-
-// loggersOr returns a component's loggers l and sl when either is set (see
-// logging.Set), else cfg's.
-func loggersOr(l zerolog.Logger, sl *slog.Logger, cfg Config) (zerolog.Logger, *slog.Logger) {
-	if logging.Set(l, sl) {
-		return l, sl
-	}
-	return cfg.Logger, cfg.Slog
+		c.ClaimTimeout != 0 || c.Metrics != nil || c.Logger != nil || c.Now != nil
 }
 
 // uniqueOwner appends a random suffix to owner, cutting owner so that the
@@ -508,8 +494,8 @@ func (o *Outbox) checkSchema(ctx context.Context) error {
 	if t, ok := core.StoreAs[interface{ Table() string }](o.store); ok {
 		table = "table " + t.Table()
 	}
-	o.log.Error().Err(err).Msg("outbox: start: could not check " + table + "; starting anyway: " +
-		"the poller retries with backoff until the database answers")
+	o.log.LogAttrs(ctx, slog.LevelError, "outbox: start: could not check "+table+"; starting anyway: the poller retries with backoff until the database answers",
+		outboxlog.Err(err))
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -17,7 +18,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
@@ -238,7 +238,7 @@ func startInstance(ctx context.Context, cfg *config, st store.SchemaManager, db 
 	in := &instance{db: db, m: &metrics{}}
 	// Silent: the benchmarks measure the library, not its warnings on
 	// stderr (W2's bursts overflow the hot queue on purpose).
-	quiet := zerolog.Nop()
+	quiet := slog.New(slog.DiscardHandler)
 	dcfg := dispatch.Config{
 		Store: st, DB: db, Registry: reg, Metrics: in.m, Logger: quiet,
 		Workers: cfg.workers, HotQueueSize: cfg.hotQueue, ColdQueueSize: cfg.coldQueue,

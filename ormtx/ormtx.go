@@ -35,11 +35,9 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/rs/zerolog"
-
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/logging"
 	"github.com/outboxkit/outbox/internal/txhooks"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // Ender ends a transaction: an ORM's transaction type (bun.Tx, ent's Tx,
@@ -59,17 +57,9 @@ type Begun struct {
 	// transaction of the same key. Nil: never joined.
 	Key any
 	// Logger receives the panics of callbacks (error) and the callbacks
-	// registered on an ended transaction (warning). Nil: slog.Default(),
-	// warnings and errors only.
+	// registered on an ended transaction (warning). Nil:
+	// outboxlog.Default().
 	Logger *slog.Logger
-}
-
-// zerologOf returns the logger the transaction's callbacks report to.
-func zerologOf(l *slog.Logger) zerolog.Logger {
-	if l == nil {
-		return logging.Default()
-	}
-	return logging.FromSlog(l.Handler())
 }
 
 var _ core.Tx = (*Tx)(nil)
@@ -81,7 +71,7 @@ type Tx struct {
 	exec  core.DBTX
 	orm   any
 	key   any
-	log   zerolog.Logger
+	log   *slog.Logger
 	hooks txhooks.Hooks
 }
 
@@ -163,7 +153,7 @@ func Do(ctx context.Context, key any, begin func(ctx context.Context) (Begun, er
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
-	log := zerologOf(b.Logger)
+	log := outboxlog.Or(b.Logger)
 	t := &Tx{exec: b.Exec, orm: b.ORM, key: b.Key, log: log, hooks: txhooks.Hooks{Log: log, Prefix: "outbox"}}
 
 	cbCtx := context.WithoutCancel(ctx)
@@ -173,7 +163,7 @@ func Do(ctx context.Context, key any, begin func(ctx context.Context) (Begun, er
 			return
 		}
 		if err := b.End.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
-			t.log.Error().Err(err).Msg("outbox: roll back transaction after panic")
+			t.log.LogAttrs(cbCtx, slog.LevelError, "outbox: roll back transaction after panic", outboxlog.Err(err))
 		}
 		t.finish(cbCtx, false)
 	}()
@@ -201,7 +191,7 @@ func Do(ctx context.Context, key any, begin func(ctx context.Context) (Begun, er
 // rollback) instead of through Do: it calls Finish once the transaction has
 // ended. logger is Begun.Logger's.
 func NewTx(exec core.DBTX, orm any, logger *slog.Logger) *Tx {
-	log := zerologOf(logger)
+	log := outboxlog.Or(logger)
 	return &Tx{exec: exec, orm: orm, log: log, hooks: txhooks.Hooks{Log: log, Prefix: "outbox"}}
 }
 

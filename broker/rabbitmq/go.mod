@@ -25,10 +25,8 @@ require (
 )
 
 require (
-	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/oklog/ulid/v2 v2.1.2 // indirect
 	github.com/rabbitmq/amqp091-go v1.16.0
-	github.com/rs/zerolog v1.35.1
 	golang.org/x/sys v0.47.0 // indirect
 )

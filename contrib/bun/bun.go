@@ -32,11 +32,9 @@ import (
 	"database/sql"
 	"log/slog"
 
-	"github.com/rs/zerolog"
 	"github.com/uptrace/bun"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/logging"
 	"github.com/outboxkit/outbox/ormtx"
 )
 
@@ -47,14 +45,11 @@ type Config struct {
 	// defaults).
 	TxOptions *sql.TxOptions
 	// Logger receives panics recovered from after-commit and after-rollback
-	// callbacks, and callbacks registered on an ended transaction. Default:
-	// see Slog.
-	Logger zerolog.Logger
-	// Slog, when not nil, receives those logs instead of Logger. With
-	// neither set, warnings and errors go to slog.Default() (stderr unless
-	// the program changed it); set Logger to zerolog.Nop() or Slog to a
-	// discarding logger to silence them.
-	Slog *slog.Logger
+	// callbacks, and callbacks registered on an ended transaction. Nil:
+	// outboxlog.Default(), which sends warnings and errors to slog.Default().
+	// slog.New(slog.DiscardHandler) silences it; a zerolog.Logger zl is wired in
+	// with slog.New(zerolog.NewSlogHandler(zl)).
+	Logger *slog.Logger
 }
 
 // Manager begins Bun transactions that carry outbox events. It is safe for
@@ -62,7 +57,7 @@ type Config struct {
 type Manager struct {
 	db   *bun.DB
 	opts *sql.TxOptions
-	log  *slog.Logger
+	log  *slog.Logger // nil: outboxlog.Default()
 }
 
 // New returns a Manager that begins its transactions on db. It returns an
@@ -71,7 +66,7 @@ func New(db *bun.DB, cfg Config) (*Manager, error) {
 	if db == nil {
 		return nil, core.Invalid("bun db", "is nil")
 	}
-	m := &Manager{db: db, log: ormLogger(cfg)}
+	m := &Manager{db: db, log: cfg.Logger}
 	if cfg.TxOptions != nil {
 		opts := *cfg.TxOptions
 		m.opts = &opts
@@ -120,10 +115,4 @@ func From(ctx context.Context) (bun.Tx, bool) {
 	}
 	tx, ok := t.ORM().(bun.Tx)
 	return tx, ok
-}
-
-// ormLogger is the logger package ormtx reports the callbacks' panics and
-// late registrations to: cfg's, as package logging resolves it.
-func ormLogger(cfg Config) *slog.Logger {
-	return slog.New(zerolog.NewSlogHandler(logging.Resolve(cfg.Logger, cfg.Slog)))
 }

@@ -33,24 +33,19 @@ import (
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/logging"
 	"github.com/outboxkit/outbox/ormtx"
 )
 
 // Config configures a Driver. The zero value is valid.
 type Config struct {
 	// Logger receives panics recovered from after-commit and after-rollback
-	// callbacks of the transactions begun on the Driver, and callbacks
-	// registered on an ended transaction. Default: see Slog.
-	Logger zerolog.Logger
-	// Slog, when not nil, receives those logs instead of Logger. With
-	// neither set, warnings and errors go to slog.Default() (stderr unless
-	// the program changed it); set Logger to zerolog.Nop() or Slog to a
-	// discarding logger to silence them.
-	Slog *slog.Logger
+	// callbacks of the transactions begun on the Driver, and callbacks registered
+	// on an ended transaction. Nil: outboxlog.Default(), which sends warnings and
+	// errors to slog.Default(). slog.New(slog.DiscardHandler) silences it; a
+	// zerolog.Logger zl is wired in with slog.New(zerolog.NewSlogHandler(zl)).
+	Logger *slog.Logger
 }
 
 // Driver is an ent SQL driver whose transactions Do can carry outbox events
@@ -58,7 +53,7 @@ type Config struct {
 // (ent.NewClient(ent.Driver(drv))).
 type Driver struct {
 	*entsql.Driver
-	log *slog.Logger
+	log *slog.Logger // nil: outboxlog.Default()
 }
 
 var _ dialect.Driver = (*Driver)(nil)
@@ -69,7 +64,7 @@ func NewDriver(drv *entsql.Driver, cfg Config) (*Driver, error) {
 	if drv == nil {
 		return nil, core.Invalid("ent driver", "is nil")
 	}
-	return &Driver{Driver: drv, log: ormLogger(cfg)}, nil
+	return &Driver{Driver: drv, log: cfg.Logger}, nil
 }
 
 // Tx begins a transaction, as the wrapped driver does.
@@ -164,10 +159,4 @@ func From[T Committer](ctx context.Context) (T, bool) {
 	}
 	tx, ok := t.ORM().(T)
 	return tx, ok
-}
-
-// ormLogger is the logger package ormtx reports the callbacks' panics and
-// late registrations to: cfg's, as package logging resolves it.
-func ormLogger(cfg Config) *slog.Logger {
-	return slog.New(zerolog.NewSlogHandler(logging.Resolve(cfg.Logger, cfg.Slog)))
 }

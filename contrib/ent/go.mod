@@ -4,7 +4,6 @@ go 1.25.0
 
 require (
 	github.com/outboxkit/outbox v0.1.0
-	github.com/rs/zerolog v1.35.1
 	go.uber.org/goleak v1.3.0
 )
 
@@ -36,7 +35,6 @@ require (
 	github.com/google/go-cmp v0.6.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/hashicorp/hcl/v2 v2.18.1 // indirect
-	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/mitchellh/go-wordwrap v1.0.1 // indirect
 	github.com/oklog/ulid/v2 v2.1.2 // indirect

@@ -5,11 +5,9 @@ import (
 	"database/sql"
 	"log/slog"
 
-	"github.com/rs/zerolog"
 	"gorm.io/gorm"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/logging"
 	"github.com/outboxkit/outbox/ormtx"
 )
 
@@ -32,16 +30,16 @@ import (
 //		return err
 //	})
 //
-// cfg.Logger (or cfg.Slog) receives panics of the callbacks; cfg.TxOptions is not used
+// cfg.Logger receives panics of the callbacks; cfg.TxOptions is not used
 // (GORM passes its own). gormDB.DB() still returns db.
 func Pool(db *sql.DB, cfg Config) gorm.ConnPool {
-	return &pool{DB: db, log: ormLogger(cfg)}
+	return &pool{DB: db, log: cfg.Logger}
 }
 
 // pool is a *sql.DB whose BeginTx returns transactions with callbacks.
 type pool struct {
 	*sql.DB
-	log *slog.Logger
+	log *slog.Logger // nil: outboxlog.Default()
 }
 
 var (
@@ -92,9 +90,3 @@ func (t *poolTx) AfterCommit(fn func(ctx context.Context)) { t.cb.AfterCommit(fn
 
 // AfterRollback registers fn to run once after a rollback or a failed COMMIT.
 func (t *poolTx) AfterRollback(fn func(ctx context.Context)) { t.cb.AfterRollback(fn) }
-
-// ormLogger is the logger package ormtx reports the callbacks' panics and
-// late registrations to: cfg's, as package logging resolves it.
-func ormLogger(cfg Config) *slog.Logger {
-	return slog.New(zerolog.NewSlogHandler(logging.Resolve(cfg.Logger, cfg.Slog)))
-}

@@ -367,7 +367,8 @@ func moduleFiles(root string, mods []*mod) (map[*mod][]string, error) {
 	out, err := exec.Command("git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard").Output()
 	if err == nil {
 		for _, f := range strings.Split(string(out), "\x00") {
-			if f != "" {
+			// A file in conflict is listed once per stage.
+			if f != "" && (len(all) == 0 || all[len(all)-1] != f) {
 				all = append(all, f)
 			}
 		}

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -128,9 +129,9 @@ func runRelay(o options) error {
 	if err != nil {
 		return err
 	}
-	logger := zerolog.Nop()
+	logger := slog.New(slog.DiscardHandler)
 	if o.verbose {
-		logger = zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+		logger = slog.New(zerolog.NewSlogHandler(zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Logger()))
 	}
 	ob, err := outbox.New(outbox.Config{
 		DB: db, Store: st, Registry: reg, Mode: outbox.MultiNode,
