@@ -99,21 +99,21 @@ func run(root, cmd string, args []string) error {
 	if err != nil {
 		return err
 	}
-	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
-	allow := fs.String("allow-internal", "", "comma-separated internal import paths (or path/... prefixes) a published module may still import")
+	flags := flag.NewFlagSet(cmd, flag.ExitOnError)
+	allow := flags.String("allow-internal", "", "comma-separated internal import paths (or path/... prefixes) a published module may still import")
 	switch cmd {
 	case "check":
-		fs.Parse(args)
+		flags.Parse(args)
 		_, err := check(root, mods, split(*allow))
 		return err
 	case "consumer":
-		keep := fs.Bool("keep", false, "keep the scratch directory")
-		fs.Parse(args)
+		keep := flags.Bool("keep", false, "keep the scratch directory")
+		flags.Parse(args)
 		return consumer(root, mods, split(*allow), *keep)
 	case "proxy":
-		out := fs.String("o", "", "the proxy's directory (GOPROXY=file://DIR)")
-		version := fs.String("version", testVersion, `the version to publish every module at; "checkout": a pseudo-version of the commit checked out`)
-		fs.Parse(args)
+		out := flags.String("o", "", "the proxy's directory (GOPROXY=file://DIR)")
+		version := flags.String("version", testVersion, `the version to publish every module at; "checkout": a pseudo-version of the commit checked out`)
+		flags.Parse(args)
 		if *out == "" {
 			return errors.New("proxy: -o DIR is required")
 		}
@@ -134,21 +134,21 @@ func run(root, cmd string, args []string) error {
 			*version, abs, filepath.ToSlash(abs))
 		return nil
 	case "tidy":
-		diff := fs.Bool("diff", false, "change nothing: print what go mod tidy would change and fail if anything")
-		fs.Parse(args)
+		diff := flags.Bool("diff", false, "change nothing: print what go mod tidy would change and fail if anything")
+		flags.Parse(args)
 		return tidy(root, mods, *diff)
 	case "release":
-		fs.Parse(args)
-		if fs.NArg() != 1 {
+		flags.Parse(args)
+		if flags.NArg() != 1 {
 			return errors.New("usage: modtool release vX.Y.Z")
 		}
-		return release(root, mods, fs.Arg(0))
+		return release(root, mods, flags.Arg(0))
 	case "exec":
-		fs.Parse(args)
-		if fs.NArg() < 2 {
+		flags.Parse(args)
+		if flags.NArg() < 2 {
 			return errors.New("usage: modtool exec DIR -- CMD [ARG...]")
 		}
-		return execIn(root, mods, fs.Arg(0), fs.Args()[1:])
+		return execIn(root, mods, flags.Arg(0), flags.Args()[1:])
 	}
 	return fmt.Errorf("unknown command %q", cmd)
 }
