@@ -4,9 +4,9 @@ go 1.25.0
 
 require (
 	github.com/nats-io/nats.go v1.53.0
-	github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
-	github.com/outboxkit/outbox/broker/jetstream v0.0.0-00010101000000-000000000000
-	github.com/outboxkit/outbox/broker/rabbitmq v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox v0.1.0
+	github.com/outboxkit/outbox/broker/jetstream v0.1.0
+	github.com/outboxkit/outbox/broker/rabbitmq v0.1.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 )
 
@@ -35,10 +35,4 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.59.0 // indirect
-)
-
-replace (
-	github.com/outboxkit/outbox => ../..
-	github.com/outboxkit/outbox/broker/jetstream => ../../broker/jetstream
-	github.com/outboxkit/outbox/broker/rabbitmq => ../../broker/rabbitmq
 )

@@ -2,7 +2,7 @@ module github.com/outboxkit/outbox/broker/kafka
 
 go 1.25.0
 
-require github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
+require github.com/outboxkit/outbox v0.1.0
 
 require (
 	github.com/klauspost/compress v1.19.2 // indirect
@@ -11,5 +11,3 @@ require (
 	github.com/twmb/franz-go v1.21.7
 	github.com/twmb/franz-go/pkg/kmsg v1.13.1 // indirect
 )
-
-replace github.com/outboxkit/outbox => ../..

@@ -2,7 +2,7 @@ module github.com/outboxkit/outbox/broker/rabbitmq
 
 go 1.25.0
 
-require github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
+require github.com/outboxkit/outbox v0.1.0
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
@@ -30,5 +30,3 @@ require (
 	github.com/rabbitmq/amqp091-go v1.16.0
 	golang.org/x/sys v0.47.0 // indirect
 )
-
-replace github.com/outboxkit/outbox => ../..

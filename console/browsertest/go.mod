@@ -4,7 +4,7 @@ go 1.25.0
 
 require (
 	github.com/chromedp/chromedp v0.23.0
-	github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox v0.1.0
 )
 
 require (
@@ -31,5 +31,3 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.59.0 // indirect
 )
-
-replace github.com/outboxkit/outbox => ../..

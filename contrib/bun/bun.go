@@ -35,7 +35,7 @@ import (
 	"github.com/uptrace/bun"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/txrun"
+	"github.com/outboxkit/outbox/ormtx"
 )
 
 // Config configures a Manager. The zero value is valid.
@@ -92,24 +92,24 @@ func (m *Manager) Do(ctx context.Context, fn func(ctx context.Context, tx bun.Tx
 	if fn == nil {
 		return core.Invalid("transaction function", "is nil")
 	}
-	return txrun.Do(ctx, m.db, m.begin, func(ctx context.Context, t *txrun.Tx) error {
+	return ormtx.Do(ctx, m.db, m.begin, func(ctx context.Context, t *ormtx.Tx) error {
 		return fn(ctx, t.ORM().(bun.Tx))
 	})
 }
 
-func (m *Manager) begin(ctx context.Context) (txrun.Begun, error) {
+func (m *Manager) begin(ctx context.Context) (ormtx.Begun, error) {
 	tx, err := m.db.BeginTx(ctx, m.opts)
 	if err != nil {
-		return txrun.Begun{}, err
+		return ormtx.Begun{}, err
 	}
 	// The outbox's statements go to the *sql.Tx under Bun's, as written;
 	// Bun's Commit and Rollback end it, so that its query hooks see them.
-	return txrun.Begun{End: tx, Exec: tx.Tx, ORM: tx, Key: m.db, Log: m.log}, nil
+	return ormtx.Begun{End: tx, Exec: tx.Tx, ORM: tx, Key: m.db, Logger: m.log}, nil
 }
 
 // From returns the Bun transaction ctx carries if a Manager's Do began it.
 func From(ctx context.Context) (bun.Tx, bool) {
-	t, ok := txrun.From(ctx)
+	t, ok := ormtx.From(ctx)
 	if !ok {
 		return bun.Tx{}, false
 	}

@@ -35,7 +35,7 @@ import (
 	entsql "entgo.io/ent/dialect/sql"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/txrun"
+	"github.com/outboxkit/outbox/ormtx"
 )
 
 // Config configures a Driver. The zero value is valid.
@@ -120,21 +120,21 @@ func Do[T Committer](ctx context.Context, begin func(ctx context.Context) (T, er
 	if fn == nil {
 		return core.Invalid("transaction function", "is nil")
 	}
-	return txrun.Do(ctx, nil, func(ctx context.Context) (txrun.Begun, error) {
+	return ormtx.Do(ctx, nil, func(ctx context.Context) (ormtx.Begun, error) {
 		s := &slot{}
 		tx, err := begin(context.WithValue(ctx, slotKey{}, s))
 		if err != nil {
-			return txrun.Begun{}, err
+			return ormtx.Begun{}, err
 		}
 		sqlTx, ok := sqlTxOf(s.tx)
 		if !ok {
 			_ = tx.Rollback()
-			return txrun.Begun{}, core.Invalid("ent client",
+			return ormtx.Begun{}, core.Invalid("ent client",
 				"does not run on an outboxent.Driver, so the outbox cannot write in its transactions: "+
 					"build it with ent.NewClient(ent.Driver(drv)), drv from outboxent.NewDriver")
 		}
-		return txrun.Begun{End: tx, Exec: sqlTx, ORM: tx, Log: s.drv.log}, nil
-	}, func(ctx context.Context, t *txrun.Tx) error {
+		return ormtx.Begun{End: tx, Exec: sqlTx, ORM: tx, Logger: s.drv.log}, nil
+	}, func(ctx context.Context, t *ormtx.Tx) error {
 		return fn(ctx, t.ORM().(T))
 	})
 }
@@ -153,7 +153,7 @@ func sqlTxOf(tx dialect.Tx) (*sql.Tx, bool) {
 // client.
 func From[T Committer](ctx context.Context) (T, bool) {
 	var zero T
-	t, ok := txrun.From(ctx)
+	t, ok := ormtx.From(ctx)
 	if !ok {
 		return zero, false
 	}

@@ -3,7 +3,7 @@ module github.com/outboxkit/outbox/contrib/ent
 go 1.25.0
 
 require (
-	github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -45,5 +45,3 @@ require (
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
-
-replace github.com/outboxkit/outbox => ../..

@@ -8,7 +8,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/txrun"
+	"github.com/outboxkit/outbox/ormtx"
 )
 
 // Pool returns db as the connection pool of a GORM dialector (the Conn of
@@ -56,7 +56,7 @@ func (p *pool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnPool,
 	if err != nil {
 		return nil, err
 	}
-	return &poolTx{Tx: tx, cb: txrun.NewTx(tx, nil, p.log), ctx: context.WithoutCancel(ctx)}, nil
+	return &poolTx{Tx: tx, cb: ormtx.NewTx(tx, nil, p.log), ctx: context.WithoutCancel(ctx)}, nil
 }
 
 // GetDBConn returns the *sql.DB, for gorm.DB.DB.
@@ -66,7 +66,7 @@ func (p *pool) GetDBConn() (*sql.DB, error) { return p.DB, nil }
 // statements and a core.Tx for the Writer's.
 type poolTx struct {
 	*sql.Tx
-	cb  *txrun.Tx
+	cb  *ormtx.Tx
 	ctx context.Context // BeginTx's, without its cancellation: the callbacks'
 }
 

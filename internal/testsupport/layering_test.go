@@ -62,6 +62,14 @@ var layers = []layer{
 		allow:    []string{"~/core", "~/internal/...", "~/outboxlog", "~/store/internal/sqlstore/...", "~/store/migrations"},
 	},
 	{
+		// A program that only publishes to (or consumes from) a broker
+		// compiles that broker's client and no database driver: the inbox
+		// tells the database from the driver's type name (internal/dbkind).
+		rule:     "the inbox and the broker modules import no database driver",
+		subjects: []string{"~/inbox", "~/internal/dbkind", "~/broker/..."},
+		forbid:   drivers,
+	},
+	{
 		rule:     "no library package imports the test support, which imports the dispatcher, the poller and every dialect",
 		subjects: []string{"~/..."},
 		except:   []string{"~/internal/testsupport/...", "~/bench/...", "~/reliability/..."},

@@ -7,8 +7,8 @@ module github.com/outboxkit/outbox/broker/kafka/kfaketest
 go 1.26.0
 
 require (
-	github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
-	github.com/outboxkit/outbox/broker/kafka v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox v0.1.0
+	github.com/outboxkit/outbox/broker/kafka v0.1.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 )
@@ -37,9 +37,4 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.59.0 // indirect
-)
-
-replace (
-	github.com/outboxkit/outbox => ../../..
-	github.com/outboxkit/outbox/broker/kafka => ..
 )
