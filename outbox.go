@@ -18,6 +18,7 @@ import (
 	"github.com/outboxkit/outbox/internal/active"
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/lifecycle"
+	"github.com/outboxkit/outbox/internal/position"
 	"github.com/outboxkit/outbox/outboxlog"
 	"github.com/outboxkit/outbox/poller"
 	"github.com/outboxkit/outbox/purge"
@@ -63,6 +64,41 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
+// Delivery is how the events of the table reach the dispatcher.
+type Delivery int
+
+const (
+	// DeliveryClaim: pollers claim pending rows with a lease, and every
+	// delivered event is written DONE. The default, on every database and
+	// in every Mode.
+	DeliveryClaim Delivery = iota
+	// DeliveryPosition: unordered events without NotBefore are written as
+	// STREAM rows with a position, and one reader per table delivers them
+	// in position order from a persisted position; a delivered event costs
+	// no write after its INSERT, and only a failure (RETRY, DEAD) writes
+	// its row again, from where the claim path serves it. Events of the
+	// aggregate types in the store's Ordered and events with NotBefore take
+	// the claim path, as in DeliveryClaim. PostgreSQL (a table that is not
+	// partitioned) and SQLite; New refuses it on MySQL and MariaDB. Mode
+	// SingleNode, MultiNode with SingleActive (the active instance is the
+	// reader, and only it delivers its own writes through the hot path; the
+	// others' writes are read after their commit's NOTIFY), or WriterOnly.
+	// The table needs migration 0003 (outboxctl migrate up, or
+	// CreateSchema). See docs/configuration.md#delivery.
+	DeliveryPosition
+)
+
+// String returns the delivery's name.
+func (d Delivery) String() string {
+	switch d {
+	case DeliveryClaim:
+		return "DeliveryClaim"
+	case DeliveryPosition:
+		return "DeliveryPosition"
+	}
+	return fmt.Sprintf("Delivery(%d)", int(d))
+}
+
 // DB is the database handle an Outbox runs on: a pool (*sql.DB, *sqlx.DB)
 // that begins transactions and runs statements.
 type DB interface {
@@ -86,6 +122,11 @@ type Config struct {
 	Registry *core.Registry
 	// Mode is the deployment. Default SingleNode.
 	Mode Mode
+	// Delivery is how events reach the dispatcher: DeliveryClaim (the
+	// default) or DeliveryPosition, which needs the table's migration 0003
+	// and is refused where it does not run (see DeliveryPosition). Every
+	// process sharing the table must use the same.
+	Delivery Delivery
 	// SingleActive, in MultiNode mode only, makes one instance per table
 	// the active one, which claims and delivers the polled events; the
 	// others stand by. The active instance holds a lock of the table on one
@@ -152,7 +193,9 @@ type Outbox struct {
 	writer     *core.Writer
 	dispatcher *dispatch.Dispatcher
 	poller     *poller.Poller
-	gate       *active.Gate // SingleActive only
+	gate       *active.Gate     // SingleActive only
+	reader     *position.Reader // DeliveryPosition, not WriterOnly
+	posLog     position.Log     // DeliveryPosition
 	purger     *purge.Purger
 	txm        *txctx.Manager
 
@@ -183,9 +226,29 @@ func New(cfg Config) (*Outbox, error) {
 	}
 
 	var hook core.WriterHook
+	writeStore := cfg.Store
+	if cfg.Delivery == DeliveryPosition {
+		o.posLog = positionLog(cfg.Store)
+		var ordering core.Ordering
+		if os, ok := core.StoreAs[core.OrderedStore](cfg.Store); ok {
+			ordering = os.Ordering()
+		}
+		if cfg.Mode == WriterOnly {
+			writeStore = position.WriterOnlyStore(cfg.Store, o.posLog, ordering)
+		} else {
+			if o.reader, err = position.New(position.Config{Log: o.posLog, Store: cfg.Store, DB: cfg.DB,
+				Ordering: ordering, Logger: cfg.Logger}); err != nil {
+				return nil, err
+			}
+			writeStore = o.reader.Store()
+		}
+	}
 	if cfg.Mode != WriterOnly {
 		dc := cfg.Dispatch
 		dc.Store = cmp.Or(dc.Store, cfg.Store)
+		if o.reader != nil {
+			dc.Store = writeStore
+		}
 		dc.DB = cmp.Or(dc.DB, core.DBTX(cfg.DB))
 		dc.Registry = cmp.Or(dc.Registry, cfg.Registry)
 		dc.Metrics = cmp.Or(dc.Metrics, cfg.Metrics)
@@ -215,10 +278,20 @@ func New(cfg Config) (*Outbox, error) {
 			return nil, err
 		}
 		hook = o.dispatcher.WriterHook()
+		if o.reader != nil {
+			o.reader.SetHandler(o.dispatcher)
+			if o.gate != nil {
+				o.reader.SetActive(o.gate.Active)
+			}
+			hook = o.reader.Hook(o.dispatcher.WriterHook())
+		}
 	}
 	if cfg.Purge != nil {
 		pc := *cfg.Purge
 		pc.Store = cmp.Or(pc.Store, core.Purger(cfg.Store))
+		if o.posLog != nil && pc.Store == core.Purger(cfg.Store) {
+			pc.Store = position.PurgeStore(cfg.Store, o.posLog)
+		}
 		pc.DB = cmp.Or(pc.DB, core.DBTX(cfg.DB))
 		pc.Logger = cmp.Or(pc.Logger, cfg.Logger)
 		if cfg.sharedTable() && pc.Locker == nil {
@@ -234,7 +307,7 @@ func New(cfg Config) (*Outbox, error) {
 			return nil, err
 		}
 	}
-	o.writer, err = core.NewWriter(core.WriterConfig{Store: cfg.Store, Hook: hook, Logger: cfg.Logger,
+	o.writer, err = core.NewWriter(core.WriterConfig{Store: writeStore, Hook: hook, Logger: cfg.Logger,
 		ContextHeaders: cfg.ContextHeaders})
 	if err != nil {
 		return nil, err
@@ -266,6 +339,15 @@ func (o *Outbox) newGate(cfg Config) (*active.Gate, error) {
 	})
 }
 
+// positionLog returns the position log of st, nil when it has none.
+func positionLog(st core.Store) position.Log {
+	src, ok := core.StoreAs[position.Source](st)
+	if !ok {
+		return nil
+	}
+	return src.PositionLog()
+}
+
 // validate reports the first rule of c that New cannot accept: the fields
 // of c itself, then the rules between the components' settings that no
 // component can check on its own. The components validate their own fields
@@ -275,8 +357,22 @@ func (c Config) validate() error {
 	v.Require("DB", !nilDB(c.DB))
 	v.Require("Store", c.Store != nil)
 	v.Check(c.Mode >= SingleNode && c.Mode <= WriterOnly, "unknown Mode %d", int(c.Mode))
+	v.Check(c.Delivery >= DeliveryClaim && c.Delivery <= DeliveryPosition, "unknown Delivery %d", int(c.Delivery))
 	if v.Err() != nil {
 		return v.Err()
+	}
+	if c.Delivery == DeliveryPosition {
+		v.Check(positionLog(c.Store) != nil, "DeliveryPosition runs on PostgreSQL (a table that is not partitioned) "+
+			"and SQLite; %T has no position delivery: use DeliveryClaim", c.Store)
+		v.Check(c.Mode != MultiNode || c.SingleActive, "DeliveryPosition in MultiNode mode needs SingleActive: "+
+			"one instance at a time reads the table's position")
+		v.Check(c.Dispatch.Store == nil, "Dispatch.Store is set with DeliveryPosition, which wraps Store for the "+
+			"dispatcher: leave it empty")
+		v.Check(!c.Dispatch.DeleteDelivered, "Dispatch.DeleteDelivered is set with DeliveryPosition, where a "+
+			"delivered event is not written at all: the purge deletes what lies behind the position")
+		if v.Err() != nil {
+			return v.Err()
+		}
 	}
 	v.Check(!c.SingleActive || c.Mode == MultiNode,
 		"SingleActive is set in %s mode; it chooses one of several delivering instances: use MultiNode", c.Mode)
@@ -475,13 +571,16 @@ const schemaCheckTimeout = 10 * time.Second
 // checkSchema is Start's check of the table: the store's SchemaError, or
 // nil, after logging any other failure of the check.
 func (o *Outbox) checkSchema(ctx context.Context) error {
-	c, ok := core.StoreAs[core.SchemaChecker](o.store)
-	if !ok {
-		return nil
+	check := func(ctx context.Context, db core.DBTX) error { return nil }
+	if c, ok := core.StoreAs[core.SchemaChecker](o.store); ok {
+		check = c.CheckSchema
+	}
+	if o.posLog != nil {
+		check = o.posLog.CheckSchema
 	}
 	cctx, cancel := context.WithTimeout(ctx, schemaCheckTimeout)
 	defer cancel()
-	err := c.CheckSchema(cctx, o.db)
+	err := check(cctx, o.db)
 	switch {
 	case err == nil:
 		return nil
@@ -514,6 +613,9 @@ func (o *Outbox) components() []component {
 	if o.gate != nil {
 		cs = append(cs, o.gate)
 	}
+	if o.reader != nil {
+		cs = append(cs, o.reader)
+	}
 	if o.poller != nil {
 		cs = append(cs, o.poller)
 	}
@@ -543,11 +645,27 @@ func (o *Outbox) closeComponents(ctx context.Context) error {
 	if o.poller != nil {
 		errs = append(errs, o.poller.Close(ctx))
 	}
-	if o.gate != nil {
+	if o.reader != nil {
+		errs = append(errs, o.reader.Close(ctx))
+	}
+	// With position delivery the relay lock is released only once the
+	// drain's outcomes are saved: a standby that took the position over
+	// before would deliver the drained events again.
+	if o.gate != nil && o.reader == nil {
 		errs = append(errs, o.gate.Close(ctx))
 	}
 	if o.dispatcher != nil {
 		errs = append(errs, o.dispatcher.Close(ctx))
+	}
+	if o.reader != nil {
+		// The outcomes of the drain resolve positions: save them, so that
+		// a restart does not deliver those events again.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), schemaCheckTimeout)
+		errs = append(errs, o.reader.Flush(fctx))
+		cancel()
+		if o.gate != nil {
+			errs = append(errs, o.gate.Close(ctx))
+		}
 	}
 	if o.purger != nil {
 		errs = append(errs, o.purger.Close(ctx))

@@ -81,6 +81,7 @@ type Sampler struct {
 
 	pending, retrying, dead, oldestAge, lastSample prom.Gauge
 	waiting, blockedKeys                           prom.Gauge
+	stream, positionLag, oldestStreamAge           prom.Gauge
 	errors                                         prom.Counter
 
 	afterSample func(error) // set by tests
@@ -110,8 +111,15 @@ func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 			"Ordered events waiting for an earlier event of their key, as last sampled.")),
 		blockedKeys: prom.NewGauge(m.gaugeOpts("blocked_keys",
 			"Keys of ordered aggregate types held up by a DEAD head event, as last sampled.")),
+		stream: prom.NewGauge(m.gaugeOpts("stream_events",
+			"Position delivery: STREAM rows above the persisted floor, as last sampled.")),
+		positionLag: prom.NewGauge(m.gaugeOpts("position_lag",
+			"Position delivery: the largest position minus the persisted floor, as last sampled.")),
+		oldestStreamAge: prom.NewGauge(m.gaugeOpts("oldest_stream_age_seconds",
+			"Position delivery: age of the oldest STREAM row above the persisted floor (0 when there is none), as last sampled.")),
 	}
-	if err := register(m.Registerer, s.pending, s.retrying, s.dead, s.oldestAge, s.lastSample, s.errors, s.waiting, s.blockedKeys); err != nil {
+	if err := register(m.Registerer, s.pending, s.retrying, s.dead, s.oldestAge, s.lastSample, s.errors, s.waiting, s.blockedKeys,
+		s.stream, s.positionLag, s.oldestStreamAge); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -145,6 +153,13 @@ func (s *Sampler) sample(ctx context.Context) error {
 	s.dead.Set(float64(st.Dead))
 	s.waiting.Set(float64(st.Waiting))
 	s.blockedKeys.Set(float64(st.BlockedKeys))
+	s.stream.Set(float64(st.Stream))
+	s.positionLag.Set(float64(st.PositionLag))
+	streamAge := 0.0
+	if !st.OldestStream.IsZero() {
+		streamAge = max(now.Sub(st.OldestStream).Seconds(), 0)
+	}
+	s.oldestStreamAge.Set(streamAge)
 	s.oldestAge.Set(age)
 	s.lastSample.Set(float64(now.UnixNano()) / 1e9)
 	return nil
