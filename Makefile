@@ -7,9 +7,13 @@ TESTFLAGS ?=
 MODULES   := $(shell $(GO) list -m -f '{{.Dir}}' | sed 's|^$(CURDIR)|.|')
 PKGS      ?= $(addsuffix /...,$(MODULES))
 # SOLO_MODULES are modules kept out of go.work because they need a newer Go
-# than the rest (the Kafka tests: franz-go's kfake requires Go 1.26); test,
-# vet and tidy run them on their own with GOWORK=off.
+# than the rest (the Kafka tests: franz-go's kfake requires Go 1.26); test
+# and vet run each in a workspace of its own (modtool exec: the module and
+# the repository's modules it requires), tidy through modtool's proxy.
 SOLO_MODULES := ./broker/kafka/kfaketest
+# MODTOOL (internal/modtool, a module of its own) keeps the modules
+# releasable: the consumer test, tidy without a published tag, release.
+MODTOOL = cd internal/modtool && GOWORK=off $(GO) run . -C $(CURDIR)
 
 .DEFAULT_GOAL := help
 
@@ -28,8 +32,8 @@ RUN_TESTS = @d=$$(mktemp -d) && trap 'rm -rf "$$d"' EXIT && \
 	$(GO) build -o "$$d/testsummary" .ci/testsummary/main.go && \
 	echo "$(GO) test $(1)" && "$$d/testsummary" -- $(GO) test $(1)
 # RUN_SOLO_TESTS runs go test with flags $(1) in each of SOLO_MODULES.
-RUN_SOLO_TESTS = @for m in $(SOLO_MODULES); do echo "(cd $$m && GOWORK=off $(GO) test $(1) ./...)"; \
-	(cd $$m && GOWORK=off $(GO) test $(1) ./...) || exit 1; done
+RUN_SOLO_TESTS = @for m in $(SOLO_MODULES); do echo "(cd $$m && $(GO) test $(1) ./...) in a workspace of its own"; \
+	($(MODTOOL) exec $$m -- $(GO) test $(1) ./...) || exit 1; done
 
 .PHONY: test
 test: ## Run all tests with -race, about 6 minutes on 2 cores (server tests need the variables of DEVELOPERS.md, else they skip)
@@ -67,10 +71,30 @@ demo: ## Run the demo (SQLite in a temp dir, no server needed)
 samples: ## Build every sample under samples/, the nested sample modules included (a compile check; go test runs them)
 	$(GO) build ./samples/... $(addsuffix /...,$(filter ./samples/%,$(MODULES)))
 
+# go mod tidy ignores go.work: in a nested module it would fetch the root at
+# the version required, untagged yet. modtool serves the working tree at
+# that version from a file proxy and keeps the go.sum lines of the
+# repository's own modules out (go.work serves them).
 .PHONY: tidy
-tidy: ## go mod tidy in every module
-	@for m in $(MODULES); do echo "go mod tidy ($$m)"; (cd $$m && $(GO) mod tidy) || exit 1; done
-	@for m in $(SOLO_MODULES); do echo "go mod tidy ($$m)"; (cd $$m && GOWORK=off $(GO) mod tidy) || exit 1; done
+tidy: ## go mod tidy in every module, through a file proxy of the working tree
+	@$(MODTOOL) tidy
+
+.PHONY: tidy-check
+tidy-check: ## Fail when a go.mod or go.sum is not tidy (make tidy fixes it); changes nothing
+	@$(MODTOOL) tidy -diff
+
+.PHONY: consumer-test
+consumer-test: ## Fetch and build every published module as a user does: file proxy of the working tree, scratch module, GOWORK=off, no replace (~2 min)
+	@$(MODTOOL) consumer
+
+.PHONY: proxy
+proxy: ## Serve this checkout as a module proxy (.modproxy/, every module at the commit's pseudo-version) for a module of your own: see README
+	@$(MODTOOL) proxy -version checkout -o $(CURDIR)/.modproxy
+
+.PHONY: release
+release: ## Set every cross-module require (and go.work's replaces) to VERSION=vX.Y.Z and print the tags to push, root first
+	@if [ -z "$(VERSION)" ]; then echo "usage: make release VERSION=vX.Y.Z"; exit 2; fi
+	@$(MODTOOL) release $(VERSION)
 
 .PHONY: screenshots
 screenshots: ## Refresh docs/images/console-*.png: the browser test drives the console in headless Chromium on SQLite
@@ -90,7 +114,7 @@ docs-check: ## Check README.md, docs/ and Go comments: no result dated by work i
 .PHONY: vet
 vet: ## go vet (every module, and the test runner in .ci, which ./... skips)
 	$(GO) vet $(PKGS)
-	@for m in $(SOLO_MODULES); do echo "(cd $$m && GOWORK=off $(GO) vet ./...)"; (cd $$m && GOWORK=off $(GO) vet ./...) || exit 1; done
+	@for m in $(SOLO_MODULES); do echo "(cd $$m && $(GO) vet ./...) in a workspace of its own"; ($(MODTOOL) exec $$m -- $(GO) vet ./...) || exit 1; done
 	$(GO) vet ./.ci/testsummary
 	$(GO) vet .ci/apilist/main.go
 
@@ -99,7 +123,8 @@ vet: ## go vet (every module, and the test runner in .ci, which ./... skips)
 # every change to the public surface shows in review; .ci/run fails when
 # the files differ from the code.
 API_DIR := api
-APILIST  = $(GO) run .ci/apilist/main.go -solo '$(SOLO_MODULES)'
+# (SOLO_MODULES are left out: kfaketest is tests only, with no API.)
+APILIST  = $(GO) run .ci/apilist/main.go
 
 .PHONY: api
 api: ## Write the public API of every package to api/ (commit the change with the code that made it)

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
@@ -47,8 +45,6 @@ func checkEveryField(t *testing.T, zero any, set func(reflect.Value) bool) {
 func nonZero(t *testing.T, typ reflect.Type) reflect.Value {
 	t.Helper()
 	switch typ {
-	case reflect.TypeFor[zerolog.Logger]():
-		return reflect.ValueOf(zerolog.Nop())
 	case reflect.TypeFor[*slog.Logger]():
 		return reflect.ValueOf(slog.New(slog.DiscardHandler))
 	case reflect.TypeFor[core.RetryPolicy]():
@@ -160,20 +156,19 @@ func TestNewChecksLeaseAgainstDelivery(t *testing.T) {
 	}
 }
 
-// TestZeroLoggerIsUnset checks which component Loggers count as set: the
-// zero Logger is unset (and takes the Outbox's Logger), zerolog.Nop() is
-// set (and stays the component's).
-func TestZeroLoggerIsUnset(t *testing.T) {
+// TestLoggerIsSet: a nil component Logger is unset (and takes the
+// Outbox's Logger), a discarding one is set (and stays the component's).
+func TestLoggerIsSet(t *testing.T) {
 	t.Parallel()
 	tg := testdb.SQLite(t)
 	db, store := tg.DB, tg.Store
 	if _, err := outbox.New(outbox.Config{DB: db, Store: store, Mode: outbox.WriterOnly,
-		Dispatch: dispatch.Config{Logger: zerolog.Logger{}}}); err != nil {
-		t.Fatalf("a zero Logger counts as a set Dispatch: %v", err)
+		Dispatch: dispatch.Config{Logger: nil}}); err != nil {
+		t.Fatalf("a nil Logger counts as a set Dispatch: %v", err)
 	}
 	if _, err := outbox.New(outbox.Config{DB: db, Store: store, Mode: outbox.WriterOnly,
-		Dispatch: dispatch.Config{Logger: zerolog.Nop()}}); !errorIsInvalid(err) {
-		t.Fatalf("a Nop Logger is a set Dispatch: got %v", err)
+		Dispatch: dispatch.Config{Logger: slog.New(slog.DiscardHandler)}}); !errorIsInvalid(err) {
+		t.Fatalf("a discarding Logger is a set Dispatch: got %v", err)
 	}
 }
 

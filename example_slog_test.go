@@ -15,7 +15,7 @@ import (
 
 // The outbox logs to a *slog.Logger: here an event whose listener fails
 // for good is marked DEAD, and the error record says which and why. Without
-// Slog (or Logger), warnings and errors go to slog.Default().
+// Logger, warnings and errors go to slog.Default().
 func ExampleConfig_slog() {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "outbox-slog")
@@ -56,7 +56,7 @@ func ExampleConfig_slog() {
 			return a
 		},
 	}))
-	ob, err := outbox.New(outbox.Config{DB: db, Store: store, Registry: reg, Slog: logger})
+	ob, err := outbox.New(outbox.Config{DB: db, Store: store, Registry: reg, Logger: logger})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -12,14 +12,14 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
 	"github.com/outboxkit/outbox/internal/active"
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/lifecycle"
-	"github.com/outboxkit/outbox/internal/logging"
+	"github.com/outboxkit/outbox/internal/position"
+	"github.com/outboxkit/outbox/outboxlog"
 	"github.com/outboxkit/outbox/poller"
 	"github.com/outboxkit/outbox/purge"
 	"github.com/outboxkit/outbox/txctx"
@@ -64,6 +64,41 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
+// Delivery is how the events of the table reach the dispatcher.
+type Delivery int
+
+const (
+	// DeliveryClaim: pollers claim pending rows with a lease, and every
+	// delivered event is written DONE. The default, on every database and
+	// in every Mode.
+	DeliveryClaim Delivery = iota
+	// DeliveryPosition: unordered events without NotBefore are written as
+	// STREAM rows with a position, and one reader per table delivers them
+	// in position order from a persisted position; a delivered event costs
+	// no write after its INSERT, and only a failure (RETRY, DEAD) writes
+	// its row again, from where the claim path serves it. Events of the
+	// aggregate types in the store's Ordered and events with NotBefore take
+	// the claim path, as in DeliveryClaim. PostgreSQL (a table that is not
+	// partitioned) and SQLite; New refuses it on MySQL and MariaDB. Mode
+	// SingleNode, MultiNode with SingleActive (the active instance is the
+	// reader, and only it delivers its own writes through the hot path; the
+	// others' writes are read after their commit's NOTIFY), or WriterOnly.
+	// The table needs migration 0003 (outboxctl migrate up, or
+	// CreateSchema). See docs/configuration.md#delivery.
+	DeliveryPosition
+)
+
+// String returns the delivery's name.
+func (d Delivery) String() string {
+	switch d {
+	case DeliveryClaim:
+		return "DeliveryClaim"
+	case DeliveryPosition:
+		return "DeliveryPosition"
+	}
+	return fmt.Sprintf("Delivery(%d)", int(d))
+}
+
 // DB is the database handle an Outbox runs on: a pool (*sql.DB, *sqlx.DB)
 // that begins transactions and runs statements.
 type DB interface {
@@ -75,7 +110,7 @@ type DB interface {
 // Mode is WriterOnly. The component configurations (Dispatch, Poller, Purge)
 // are the components' own: every field keeps its meaning and default, and
 // the fields they share with this Config (Store, DB, Registry, Metrics,
-// Logger and Slog) are filled from here when left zero.
+// Logger) are filled from here when left zero.
 type Config struct {
 	// DB is the pool the components and Do run on. Required.
 	DB DB
@@ -87,6 +122,11 @@ type Config struct {
 	Registry *core.Registry
 	// Mode is the deployment. Default SingleNode.
 	Mode Mode
+	// Delivery is how events reach the dispatcher: DeliveryClaim (the
+	// default) or DeliveryPosition, which needs the table's migration 0003
+	// and is refused where it does not run (see DeliveryPosition). Every
+	// process sharing the table must use the same.
+	Delivery Delivery
 	// SingleActive, in MultiNode mode only, makes one instance per table
 	// the active one, which claims and delivers the polled events; the
 	// others stand by. The active instance holds a lock of the table on one
@@ -120,18 +160,14 @@ type Config struct {
 	// of 500, hourly). Default nil: no purger.
 	Purge *purge.Config
 
-	// Logger is given to every component whose own Logger is zero (has no
-	// writer: the zero Logger, or one derived from it with With) and whose
-	// Slog is nil. Default: see Slog.
-	Logger zerolog.Logger
-	// Slog, when not nil, is used instead of Logger, and given to every
-	// component whose own Logger and Slog are unset. With neither set,
-	// every component sends its warnings and errors (DEAD events, store
-	// errors, hot-queue overflow) to slog.Default(), which writes to stderr
-	// unless the program changed it, and drops debug and info entries. To
-	// silence them, set Logger to zerolog.Nop() or Slog to
-	// slog.New(slog.DiscardHandler).
-	Slog *slog.Logger
+	// Logger is given to every component whose own Logger is nil (Dispatch,
+	// Poller, Purge, Tx, the Writer). Nil: outboxlog.Default(): every
+	// component sends its warnings and errors (DEAD events, store errors,
+	// hot-queue overflow) to slog.Default(), which writes to stderr unless
+	// the program changed it, and drops debug and info records. To silence
+	// them, set slog.New(slog.DiscardHandler). A zerolog.Logger zl is wired
+	// in with slog.New(zerolog.NewSlogHandler(zl)) (see package outboxlog).
+	Logger *slog.Logger
 	// Metrics is given to the dispatcher and poller when their own Metrics
 	// is nil. Default: core.NopMetrics{}.
 	Metrics core.Metrics
@@ -153,11 +189,13 @@ type Outbox struct {
 	mode       Mode
 	store      core.Store
 	db         DB
-	log        zerolog.Logger
+	log        *slog.Logger
 	writer     *core.Writer
 	dispatcher *dispatch.Dispatcher
 	poller     *poller.Poller
-	gate       *active.Gate // SingleActive only
+	gate       *active.Gate     // SingleActive only
+	reader     *position.Reader // DeliveryPosition, not WriterOnly
+	posLog     position.Log     // DeliveryPosition
 	purger     *purge.Purger
 	txm        *txctx.Manager
 
@@ -178,23 +216,43 @@ func New(cfg Config) (*Outbox, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	o := &Outbox{mode: cfg.Mode, store: cfg.Store, db: cfg.DB, log: logging.Resolve(cfg.Logger, cfg.Slog)}
+	o := &Outbox{mode: cfg.Mode, store: cfg.Store, db: cfg.DB, log: outboxlog.Or(cfg.Logger)}
 	o.life = lifecycle.NewStaged(lifecycle.Stages{Final: o.closeComponents})
 	txCfg := cfg.Tx
-	txCfg.Logger, txCfg.Slog = loggersOr(txCfg.Logger, txCfg.Slog, cfg)
+	txCfg.Logger = cmp.Or(txCfg.Logger, cfg.Logger)
 	var err error
 	if o.txm, err = txctx.New(cfg.DB, txCfg); err != nil {
 		return nil, err
 	}
 
 	var hook core.WriterHook
+	writeStore := cfg.Store
+	if cfg.Delivery == DeliveryPosition {
+		o.posLog = positionLog(cfg.Store)
+		var ordering core.Ordering
+		if os, ok := core.StoreAs[core.OrderedStore](cfg.Store); ok {
+			ordering = os.Ordering()
+		}
+		if cfg.Mode == WriterOnly {
+			writeStore = position.WriterOnlyStore(cfg.Store, o.posLog, ordering)
+		} else {
+			if o.reader, err = position.New(position.Config{Log: o.posLog, Store: cfg.Store, DB: cfg.DB,
+				Ordering: ordering, Logger: cfg.Logger}); err != nil {
+				return nil, err
+			}
+			writeStore = o.reader.Store()
+		}
+	}
 	if cfg.Mode != WriterOnly {
 		dc := cfg.Dispatch
 		dc.Store = cmp.Or(dc.Store, cfg.Store)
+		if o.reader != nil {
+			dc.Store = writeStore
+		}
 		dc.DB = cmp.Or(dc.DB, core.DBTX(cfg.DB))
 		dc.Registry = cmp.Or(dc.Registry, cfg.Registry)
 		dc.Metrics = cmp.Or(dc.Metrics, cfg.Metrics)
-		dc.Logger, dc.Slog = loggersOr(dc.Logger, dc.Slog, cfg)
+		dc.Logger = cmp.Or(dc.Logger, cfg.Logger)
 		dc.LeaseTimeout = cmp.Or(dc.LeaseTimeout, cfg.Poller.LeaseTimeout) // the one lease; validate checked they agree
 		if cfg.Mode == MultiNode && dc.Owner != "" {
 			dc.Owner = uniqueOwner(dc.Owner)
@@ -215,17 +273,27 @@ func New(cfg Config) (*Outbox, error) {
 		pc.Owner = o.dispatcher.Owner()
 		pc.LeaseTimeout = o.dispatcher.LeaseTimeout()
 		pc.Metrics = cmp.Or(pc.Metrics, cfg.Metrics)
-		pc.Logger, pc.Slog = loggersOr(pc.Logger, pc.Slog, cfg)
+		pc.Logger = cmp.Or(pc.Logger, cfg.Logger)
 		if o.poller, err = poller.New(pc); err != nil {
 			return nil, err
 		}
 		hook = o.dispatcher.WriterHook()
+		if o.reader != nil {
+			o.reader.SetHandler(o.dispatcher)
+			if o.gate != nil {
+				o.reader.SetActive(o.gate.Active)
+			}
+			hook = o.reader.Hook(o.dispatcher.WriterHook())
+		}
 	}
 	if cfg.Purge != nil {
 		pc := *cfg.Purge
 		pc.Store = cmp.Or(pc.Store, core.Purger(cfg.Store))
+		if o.posLog != nil && pc.Store == core.Purger(cfg.Store) {
+			pc.Store = position.PurgeStore(cfg.Store, o.posLog)
+		}
 		pc.DB = cmp.Or(pc.DB, core.DBTX(cfg.DB))
-		pc.Logger, pc.Slog = loggersOr(pc.Logger, pc.Slog, cfg)
+		pc.Logger = cmp.Or(pc.Logger, cfg.Logger)
 		if cfg.sharedTable() && pc.Locker == nil {
 			// Several processes share the table: one purges at a time. A
 			// store without named locks (SQLite) purges unlocked, which is
@@ -239,7 +307,7 @@ func New(cfg Config) (*Outbox, error) {
 			return nil, err
 		}
 	}
-	o.writer, err = core.NewWriter(core.WriterConfig{Store: cfg.Store, Hook: hook, Logger: cfg.Logger, Slog: cfg.Slog,
+	o.writer, err = core.NewWriter(core.WriterConfig{Store: writeStore, Hook: hook, Logger: cfg.Logger,
 		ContextHeaders: cfg.ContextHeaders})
 	if err != nil {
 		return nil, err
@@ -267,8 +335,17 @@ func (o *Outbox) newGate(cfg Config) (*active.Gate, error) {
 				o.poller.Wake()
 			}
 		},
-		Logger: logging.Resolve(cfg.Logger, cfg.Slog),
+		Logger: cfg.Logger,
 	})
+}
+
+// positionLog returns the position log of st, nil when it has none.
+func positionLog(st core.Store) position.Log {
+	src, ok := core.StoreAs[position.Source](st)
+	if !ok {
+		return nil
+	}
+	return src.PositionLog()
 }
 
 // validate reports the first rule of c that New cannot accept: the fields
@@ -280,8 +357,22 @@ func (c Config) validate() error {
 	v.Require("DB", !nilDB(c.DB))
 	v.Require("Store", c.Store != nil)
 	v.Check(c.Mode >= SingleNode && c.Mode <= WriterOnly, "unknown Mode %d", int(c.Mode))
+	v.Check(c.Delivery >= DeliveryClaim && c.Delivery <= DeliveryPosition, "unknown Delivery %d", int(c.Delivery))
 	if v.Err() != nil {
 		return v.Err()
+	}
+	if c.Delivery == DeliveryPosition {
+		v.Check(positionLog(c.Store) != nil, "DeliveryPosition runs on PostgreSQL (a table that is not partitioned) "+
+			"and SQLite; %T has no position delivery: use DeliveryClaim", c.Store)
+		v.Check(c.Mode != MultiNode || c.SingleActive, "DeliveryPosition in MultiNode mode needs SingleActive: "+
+			"one instance at a time reads the table's position")
+		v.Check(c.Dispatch.Store == nil, "Dispatch.Store is set with DeliveryPosition, which wraps Store for the "+
+			"dispatcher: leave it empty")
+		v.Check(!c.Dispatch.DeleteDelivered, "Dispatch.DeleteDelivered is set with DeliveryPosition, where a "+
+			"delivered event is not written at all: the purge deletes what lies behind the position")
+		if v.Err() != nil {
+			return v.Err()
+		}
 	}
 	v.Check(!c.SingleActive || c.Mode == MultiNode,
 		"SingleActive is set in %s mode; it chooses one of several delivering instances: use MultiNode", c.Mode)
@@ -370,7 +461,7 @@ func dispatchSet(c dispatch.Config) bool {
 		c.Workers != 0 || c.HotQueueSize != 0 || c.ColdQueueSize != 0 || c.MaxAttempts != 0 ||
 		c.Retry != nil || c.DrainTimeout != 0 || c.ListenerTimeout != 0 || c.StoreTimeout != 0 || c.LeaseTimeout != 0 ||
 		c.DoneBatchSize != 0 || c.DoneBatchLinger != 0 || c.DeleteDelivered || c.NoYieldAfterCommit ||
-		c.Interceptors != nil || c.Metrics != nil || config.HasWriter(c.Logger) || c.Slog != nil || c.Now != nil
+		c.Interceptors != nil || c.Metrics != nil || c.Logger != nil || c.Now != nil
 }
 
 // pollerSet is dispatchSet for the poller's configuration.
@@ -378,16 +469,7 @@ func pollerSet(c poller.Config) bool {
 	return c.Store != nil || c.DB != nil || c.Handler != nil || c.Owner != "" ||
 		c.LeaseTimeout != 0 || c.SkipRecent != 0 || c.BatchSize != 0 || c.MaxBatchSize != 0 || c.Interval != 0 ||
 		c.BusyInterval != 0 || c.BusyFor != 0 || c.NoWatch ||
-		c.ClaimTimeout != 0 || c.Metrics != nil || config.HasWriter(c.Logger) || c.Slog != nil || c.Now != nil
-}
-
-// loggersOr returns a component's loggers l and sl when either is set (see
-// logging.Set), else cfg's.
-func loggersOr(l zerolog.Logger, sl *slog.Logger, cfg Config) (zerolog.Logger, *slog.Logger) {
-	if logging.Set(l, sl) {
-		return l, sl
-	}
-	return cfg.Logger, cfg.Slog
+		c.ClaimTimeout != 0 || c.Metrics != nil || c.Logger != nil || c.Now != nil
 }
 
 // uniqueOwner appends a random suffix to owner, cutting owner so that the
@@ -489,13 +571,16 @@ const schemaCheckTimeout = 10 * time.Second
 // checkSchema is Start's check of the table: the store's SchemaError, or
 // nil, after logging any other failure of the check.
 func (o *Outbox) checkSchema(ctx context.Context) error {
-	c, ok := core.StoreAs[core.SchemaChecker](o.store)
-	if !ok {
-		return nil
+	check := func(ctx context.Context, db core.DBTX) error { return nil }
+	if c, ok := core.StoreAs[core.SchemaChecker](o.store); ok {
+		check = c.CheckSchema
+	}
+	if o.posLog != nil {
+		check = o.posLog.CheckSchema
 	}
 	cctx, cancel := context.WithTimeout(ctx, schemaCheckTimeout)
 	defer cancel()
-	err := c.CheckSchema(cctx, o.db)
+	err := check(cctx, o.db)
 	switch {
 	case err == nil:
 		return nil
@@ -508,8 +593,8 @@ func (o *Outbox) checkSchema(ctx context.Context) error {
 	if t, ok := core.StoreAs[interface{ Table() string }](o.store); ok {
 		table = "table " + t.Table()
 	}
-	o.log.Error().Err(err).Msg("outbox: start: could not check " + table + "; starting anyway: " +
-		"the poller retries with backoff until the database answers")
+	o.log.LogAttrs(ctx, slog.LevelError, "outbox: start: could not check "+table+"; starting anyway: the poller retries with backoff until the database answers",
+		outboxlog.Err(err))
 	return nil
 }
 
@@ -527,6 +612,9 @@ func (o *Outbox) components() []component {
 	}
 	if o.gate != nil {
 		cs = append(cs, o.gate)
+	}
+	if o.reader != nil {
+		cs = append(cs, o.reader)
 	}
 	if o.poller != nil {
 		cs = append(cs, o.poller)
@@ -557,11 +645,27 @@ func (o *Outbox) closeComponents(ctx context.Context) error {
 	if o.poller != nil {
 		errs = append(errs, o.poller.Close(ctx))
 	}
-	if o.gate != nil {
+	if o.reader != nil {
+		errs = append(errs, o.reader.Close(ctx))
+	}
+	// With position delivery the relay lock is released only once the
+	// drain's outcomes are saved: a standby that took the position over
+	// before would deliver the drained events again.
+	if o.gate != nil && o.reader == nil {
 		errs = append(errs, o.gate.Close(ctx))
 	}
 	if o.dispatcher != nil {
 		errs = append(errs, o.dispatcher.Close(ctx))
+	}
+	if o.reader != nil {
+		// The outcomes of the drain resolve positions: save them, so that
+		// a restart does not deliver those events again.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), schemaCheckTimeout)
+		errs = append(errs, o.reader.Flush(fctx))
+		cancel()
+		if o.gate != nil {
+			errs = append(errs, o.gate.Close(ctx))
+		}
 	}
 	if o.purger != nil {
 		errs = append(errs, o.purger.Close(ctx))

@@ -1,7 +1,9 @@
 package outbox_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"os"
@@ -143,26 +145,26 @@ func TestDefaultLoggerReportsDead(t *testing.T) {
 	}
 }
 
-// TestSilencedLoggers: zerolog.Nop() or a discarding slog.Logger keep the
-// default logger quiet.
+// TestSilencedLoggers: a discarding slog.Logger, or a zerolog.Nop() through
+// zerolog's slog bridge, keep the default logger quiet.
 func TestSilencedLoggers(t *testing.T) {
 	def := &records{}
 	withDefault(t, def)
-	runDead(t, func(c *outbox.Config) { c.Logger = zerolog.Nop() })
-	runDead(t, func(c *outbox.Config) { c.Slog = slog.New(slog.DiscardHandler) })
+	runDead(t, func(c *outbox.Config) { c.Logger = slog.New(slog.DiscardHandler) })
+	runDead(t, func(c *outbox.Config) { c.Logger = slog.New(zerolog.NewSlogHandler(zerolog.Nop())) })
 	if m := def.messages(); len(m) != 0 {
 		t.Fatalf("silenced outboxes logged to the default: %v", m)
 	}
 }
 
-// TestSlogPerComponent: Config.Slog reaches every component; a
-// component's own Slog wins over it.
-func TestSlogPerComponent(t *testing.T) {
+// TestLoggerPerComponent: Config.Logger reaches every component; a
+// component's own Logger wins over it.
+func TestLoggerPerComponent(t *testing.T) {
 	t.Parallel()
 	all, dispatcher := &records{}, &records{}
 	runDead(t, func(c *outbox.Config) {
-		c.Slog = slog.New(all)
-		c.Dispatch.Slog = slog.New(dispatcher)
+		c.Logger = slog.New(all)
+		c.Dispatch.Logger = slog.New(dispatcher)
 	})
 	if _, ok := dispatcher.attr(deadMsg, "event_id"); !ok {
 		t.Fatalf("dispatcher's own logger got %v", dispatcher.messages())
@@ -171,10 +173,50 @@ func TestSlogPerComponent(t *testing.T) {
 		t.Fatal("the DEAD record went to the outbox's logger, not the dispatcher's")
 	}
 	shared := &records{}
-	runDead(t, func(c *outbox.Config) { c.Slog = slog.New(shared) })
+	runDead(t, func(c *outbox.Config) { c.Logger = slog.New(shared) })
 	if v, ok := shared.attr(deadMsg, "attempts"); !ok || v.Kind() != slog.KindInt64 || v.Int64() != 1 {
 		t.Fatalf("outbox logger got %v; attempts=%v", shared.messages(), v)
 	}
+}
+
+// TestZerologBridge: a zerolog.Logger wired in with zerolog's slog bridge
+// gets the DEAD line as one zerolog JSON entry, fields and all.
+func TestZerologBridge(t *testing.T) {
+	t.Parallel()
+	var buf syncBuffer
+	id := runDead(t, func(c *outbox.Config) {
+		c.Logger = slog.New(zerolog.NewSlogHandler(zerolog.New(&buf).Level(zerolog.WarnLevel)))
+	})
+	var line map[string]any
+	for l := range strings.SplitSeq(strings.TrimSpace(buf.String()), "\n") {
+		if strings.Contains(l, deadMsg) {
+			if err := json.Unmarshal([]byte(l), &line); err != nil {
+				t.Fatalf("zerolog line %q: %v", l, err)
+			}
+		}
+	}
+	if line["level"] != "error" || line["message"] != deadMsg || line["event_id"] != id ||
+		line["component"] != "outbox.dispatcher" || line["attempts"] != float64(1) {
+		t.Fatalf("zerolog got %q; want the DEAD line of %s with its fields", buf.String(), id)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // TestSlogPageShowsTheExample: docs/integrations/slog.md shows

@@ -114,7 +114,7 @@ func TestStartServerDown(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = db.Close() })
 		var recs records
-		ob, err := outbox.New(outbox.Config{DB: db, Store: tc.st, Registry: core.NewRegistry(), Slog: slog.New(&recs)})
+		ob, err := outbox.New(outbox.Config{DB: db, Store: tc.st, Registry: core.NewRegistry(), Logger: slog.New(&recs)})
 		if err != nil {
 			t.Fatal(err)
 		}

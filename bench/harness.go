@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -17,10 +18,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
+	"github.com/outboxkit/outbox/internal/position"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/poller"
 	"github.com/outboxkit/outbox/store"
@@ -228,6 +229,7 @@ type instance struct {
 	do   func(ctx context.Context, fn func(ctx context.Context) error) error
 	pool *pgxpool.Pool // the pool under db on pgx, else nil
 	m    *metrics
+	r    *position.Reader // position delivery, else nil
 }
 
 func startInstance(ctx context.Context, cfg *config, st store.SchemaManager, db *sql.DB, l core.Listener) (*instance, error) {
@@ -236,11 +238,24 @@ func startInstance(ctx context.Context, cfg *config, st store.SchemaManager, db 
 		return nil, err
 	}
 	in := &instance{db: db, m: &metrics{}}
+	var pr *position.Reader
+	wst := core.Store(st)
+	if _, ok := st.(positional); ok {
+		lg := positionLog(st)
+		if lg == nil {
+			return nil, fmt.Errorf("%s has no position delivery", st.Table())
+		}
+		var err error
+		if pr, err = position.New(position.Config{Log: lg, Store: st, DB: db, Logger: slog.New(slog.DiscardHandler)}); err != nil {
+			return nil, err
+		}
+		wst = pr.Store()
+	}
 	// Silent: the benchmarks measure the library, not its warnings on
 	// stderr (W2's bursts overflow the hot queue on purpose).
-	quiet := zerolog.Nop()
+	quiet := slog.New(slog.DiscardHandler)
 	dcfg := dispatch.Config{
-		Store: st, DB: db, Registry: reg, Metrics: in.m, Logger: quiet,
+		Store: wst, DB: db, Registry: reg, Metrics: in.m, Logger: quiet,
 		Workers: cfg.workers, HotQueueSize: cfg.hotQueue, ColdQueueSize: cfg.coldQueue,
 	}
 	cfg.applyDispatch(&dcfg)
@@ -253,7 +268,12 @@ func startInstance(ctx context.Context, cfg *config, st store.SchemaManager, db 
 	if err != nil {
 		return nil, err
 	}
-	w, err := core.NewWriter(core.WriterConfig{Store: st, Hook: d.WriterHook(), NoNotify: cfg.noWake, Logger: quiet})
+	var hook core.WriterHook = d.WriterHook()
+	if pr != nil {
+		pr.SetHandler(d)
+		hook = pr.Hook(d.WriterHook())
+	}
+	w, err := core.NewWriter(core.WriterConfig{Store: wst, Hook: hook, NoNotify: cfg.noWake, Logger: quiet})
 	if err != nil {
 		return nil, err
 	}
@@ -261,9 +281,15 @@ func startInstance(ctx context.Context, cfg *config, st store.SchemaManager, db 
 	if err != nil {
 		return nil, err
 	}
-	in.d, in.p, in.w, in.do = d, p, w, txm.Do
+	in.d, in.p, in.w, in.do, in.r = d, p, w, txm.Do, pr
 	if err := d.Start(ctx); err != nil {
 		return nil, err
+	}
+	if pr != nil {
+		if err := pr.Start(ctx); err != nil {
+			_ = d.Close(context.WithoutCancel(ctx))
+			return nil, err
+		}
 	}
 	if err := p.Start(ctx); err != nil {
 		_ = d.Close(context.WithoutCancel(ctx))
@@ -284,7 +310,13 @@ func (in *instance) release() {
 func (in *instance) close(ctx context.Context) error {
 	ctx = context.WithoutCancel(ctx)
 	perr := in.p.Close(ctx)
+	if in.r != nil {
+		_ = in.r.Close(ctx)
+	}
 	derr := in.d.Close(ctx)
+	if in.r != nil {
+		_ = in.r.Flush(ctx)
+	}
 	if perr != nil {
 		return perr
 	}

@@ -171,7 +171,7 @@ func rawOrder(ctx context.Context, tg *target, db *sql.DB, data *w1Data, bizInse
 // transactions write to keys aggregate ids in turn.
 //
 // With onPgx the instances run on pgx: see openInstance.
-func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instances, keys int, onPgx bool, cs *callStats) (result, w1Latencies, error) {
+func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instances, keys int, onPgx, pos bool, cs *callStats) (result, w1Latencies, error) {
 	admin, err := tg.open(2)
 	if err != nil {
 		return result{}, w1Latencies{}, err
@@ -196,6 +196,9 @@ func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instance
 	rec := newRecorder(data.ids)
 	rec.reset()
 	st := newTimedStore(t.st, cs, rec.wroteWaiting)
+	if pos {
+		st = positional{st}
+	}
 	var ins []*instance
 	defer func() {
 		for _, in := range ins {
@@ -333,6 +336,7 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 		instances int // 0: the raw baseline
 		keys      int // > 0: ordered over this many keys
 		pgx       bool
+		pos       bool // position delivery
 		rawDone   bool // the raw INSERT with its DONE batches (w1RawDone)
 		rounds    []result
 		lat       w1Latencies
@@ -345,6 +349,9 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 	}
 	if w1 || w3 {
 		kinds = append(kinds, &kind{name: "outbox, 1 instance", instances: 1})
+	}
+	if (w1 || w3) && c.position && tg.hasPosition() {
+		kinds = append(kinds, &kind{name: "outbox position, 1 instance", instances: 1, pos: true})
 	}
 	if (w1 || w3) && tg.openPgx != nil && c.pgx {
 		kinds = append(kinds, &kind{name: "outbox on pgx, 1 instance", instances: 1, pgx: true})
@@ -385,7 +392,7 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 				case k.instances == 0:
 					r, err = w1Baseline(ctx, c, tg, data, true)
 				default:
-					r, lat, err = w1Outbox(ctx, c, tg, data, k.instances, k.keys, k.pgx, &k.stats)
+					r, lat, err = w1Outbox(ctx, c, tg, data, k.instances, k.keys, k.pgx, k.pos, &k.stats)
 				}
 			})
 			if err != nil {

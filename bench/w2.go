@@ -161,8 +161,20 @@ func w2Baseline(ctx context.Context, c *config, tmpl *table, n int) (result, err
 // on pgx with onPgx (see openInstance). With -no-raw it drains tmpl itself:
 // the long drain makes no copy.
 func w2Outbox(ctx context.Context, c *config, tmpl *table, rec *recorder, instances int, onPgx bool, cs *callStats) (result, error) {
+	return w2Drain(ctx, c, tmpl, rec, instances, onPgx, false, cs)
+}
+
+// w2Drain is w2Outbox, in position delivery with pos: the backlog is
+// STREAM rows, drained by the position reader.
+func w2Drain(ctx context.Context, c *config, tmpl *table, rec *recorder, instances int, onPgx, pos bool, cs *callStats) (result, error) {
 	t := tmpl
-	if !c.noRaw {
+	if pos {
+		var err error
+		if t, err = copyStream(ctx, c, tmpl, "w2pos"); err != nil {
+			return result{}, err
+		}
+		defer t.drop(ctx)
+	} else if !c.noRaw {
 		var err error
 		if t, err = copyBacklog(ctx, c, tmpl, "w2"); err != nil {
 			return result{}, err
@@ -181,6 +193,9 @@ func w2Outbox(ctx context.Context, c *config, tmpl *table, rec *recorder, instan
 	}()
 	label := fmt.Sprintf("%s outbox x%d", t.tg.name, instances)
 	st := newTimedStore(t.st, cs, nil)
+	if pos {
+		st = positional{st}
+	}
 	start, cpu0 := time.Now(), t.tg.cpu()
 	var l core.Listener = rec
 	if c.listenerDelay > 0 {
@@ -214,6 +229,9 @@ func w2Outbox(ctx context.Context, c *config, tmpl *table, rec *recorder, instan
 	}
 	if instances > 1 {
 		run = fmt.Sprintf("outbox, %d instances (W3)", instances)
+	}
+	if pos {
+		run = "outbox position, 1 instance"
 	}
 	n := rec.n
 	return result{Run: run, Events: n, Seconds: elapsed.Seconds(), PerSec: float64(n) / elapsed.Seconds(),
@@ -310,6 +328,11 @@ func runW2(ctx context.Context, c *config, tg *target, w2, w3 bool) ([]result, e
 	if w2 || w3 {
 		if err := step("outbox, 1 instance", func() (result, error) { return w2Outbox(ctx, c, tmpl, rec, 1, false, &callStats{}) }); err != nil {
 			return nil, err
+		}
+		if c.position && tg.hasPosition() {
+			if err := step("outbox position, 1 instance", func() (result, error) { return w2Drain(ctx, c, tmpl, rec, 1, false, true, &callStats{}) }); err != nil {
+				return nil, err
+			}
 		}
 		if tg.openPgx != nil && c.pgx {
 			if err := step("outbox on pgx, 1 instance", func() (result, error) { return w2Outbox(ctx, c, tmpl, rec, 1, true, &callStats{}) }); err != nil {

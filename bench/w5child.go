@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -15,8 +16,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
@@ -142,7 +141,7 @@ func runW5Child(js string) error {
 		return err
 	}
 	m := &metrics{}
-	quiet := zerolog.Nop()
+	quiet := slog.New(slog.DiscardHandler)
 	d, err := dispatch.New(dispatch.Config{
 		Store: st, DB: db, Registry: reg, Metrics: m, Logger: quiet,
 		Workers: cc.Workers, HotQueueSize: cc.HotQueue, ColdQueueSize: cc.ColdQueue,

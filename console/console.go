@@ -41,14 +41,14 @@ package console
 import (
 	"cmp"
 	"crypto/rand"
+	"log/slog"
 	"net/http"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dead"
 	"github.com/outboxkit/outbox/internal/config"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // Defaults of Config.
@@ -99,9 +99,11 @@ type Config struct {
 	// Now returns the current time, for ages and purge cutoffs. Default
 	// time.Now.
 	Now func() time.Time
-	// Logger receives the database errors the console shows as 500 pages.
-	// The zero Logger is silent.
-	Logger zerolog.Logger
+	// Logger receives the database errors the console shows as 500 pages. Nil:
+	// outboxlog.Default(), which sends warnings and errors to slog.Default().
+	// slog.New(slog.DiscardHandler) silences it; a zerolog.Logger zl is wired in
+	// with slog.New(zerolog.NewSlogHandler(zl)).
+	Logger *slog.Logger
 }
 
 // validate reports the first field of c that New cannot accept.
@@ -163,6 +165,7 @@ func New(cfg Config) (*Console, error) {
 		return nil, err
 	}
 	insp, _ := core.StoreAs[core.Inspector](cfg.Store)
+	cfg.Logger = outboxlog.Or(cfg.Logger)
 	c := &Console{cfg: cfg, insp: insp, dead: m}
 	c.handler = c.routes()
 	return c, nil

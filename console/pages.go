@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/url"
@@ -18,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // page is what every template gets: the layout's fields and the page's own.
@@ -37,7 +39,8 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	if err := templates.ExecuteTemplate(&b, name, p); err != nil {
 		// A template that fails on its data is a bug of this package; the
 		// operator still gets a page saying so.
-		c.cfg.Logger.Error().Err(err).Str("template", name).Msg("console: render page")
+		c.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "console: render page",
+			outboxlog.Err(err), slog.String("template", name))
 		http.Error(w, "console: render page: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
@@ -50,7 +53,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 // database's, not the operator's.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	if status >= 500 {
-		c.cfg.Logger.Error().Str("path", r.URL.Path).Msg("console: " + msg)
+		c.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "console: "+msg, slog.String("path", r.URL.Path))
 	}
 	c.render(w, r, status, "error", page{Data: errorData{Status: status, StatusText: http.StatusText(status), Message: msg}})
 }

@@ -14,9 +14,16 @@ const (
 	StatusDone  Status = 1 // delivered (terminal)
 	StatusRetry Status = 2 // failed, waiting for its next attempt
 	StatusDead  Status = 3 // gave up (terminal); can be replayed
+	// StatusStream is an event written for position delivery (see
+	// outbox.DeliveryPosition): no claim reads it; the position reader of
+	// its table delivers it in position order and writes its row again
+	// only when the delivery fails (RETRY or DEAD). A delivered STREAM row
+	// keeps its status: what lies at or below the table's persisted
+	// position is delivered.
+	StatusStream Status = 5
 )
 
-// String returns the status name: NEW, DONE, RETRY, DEAD or WAITING.
+// String returns the status name: NEW, DONE, RETRY, DEAD, WAITING or STREAM.
 func (s Status) String() string {
 	switch s {
 	case StatusNew:
@@ -29,6 +36,8 @@ func (s Status) String() string {
 		return "DEAD"
 	case StatusWaiting:
 		return "WAITING"
+	case StatusStream:
+		return "STREAM"
 	}
 	return fmt.Sprintf("Status(%d)", int16(s))
 }

@@ -19,6 +19,13 @@ type Stats struct {
 	// OldestPending is the created_at of the oldest NEW or RETRY row; zero
 	// when nothing is pending.
 	OldestPending time.Time
+	// Position delivery (outbox.DeliveryPosition), zero without it: Stream
+	// counts the STREAM rows above the table's persisted floor (not yet
+	// known to be delivered), PositionLag is the largest position minus the
+	// floor, and OldestStream the created_at of the oldest of those rows.
+	Stream       int64
+	PositionLag  int64
+	OldestStream time.Time
 }
 
 // Inspector is implemented by stores that can describe their table for

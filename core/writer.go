@@ -10,9 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/rs/zerolog"
-
-	"github.com/outboxkit/outbox/internal/logging"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // WriterHook observes and shapes what a Writer writes. The
@@ -87,13 +85,11 @@ type WriterConfig struct {
 	// Hook observes writes; the dispatcher's hook feeds its hot queue.
 	// Default: none (the poller or CDC delivers).
 	Hook WriterHook
-	// Logger receives hook failures. Default: see Slog.
-	Logger zerolog.Logger
-	// Slog, when not nil, receives the writer's logs instead of Logger.
-	// With neither set, warnings and errors go to slog.Default() (stderr
-	// unless the program changed it); set Logger to zerolog.Nop() or Slog
-	// to slog.New(slog.DiscardHandler) to silence them.
-	Slog *slog.Logger
+	// Logger receives hook failures. Nil: outboxlog.Default(), which sends
+	// warnings and errors to slog.Default(). slog.New(slog.DiscardHandler)
+	// silences it; a zerolog.Logger zl is wired in with
+	// slog.New(zerolog.NewSlogHandler(zl)).
+	Logger *slog.Logger
 	// Now returns the current time. Default: time.Now.
 	Now func() time.Time
 	// NoNotify stops the Writer from signalling new events. By default,
@@ -123,7 +119,7 @@ type Writer struct {
 	headers  func(ctx context.Context) map[string]string
 	owner    string
 	ordered  OrderedStore // nil: the store orders nothing
-	log      zerolog.Logger
+	log      *slog.Logger
 	now      func() time.Time
 }
 
@@ -132,7 +128,7 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 	if cfg.Store == nil {
 		return nil, Invalid("writer config", "Store is nil")
 	}
-	w := &Writer{store: cfg.Store, hook: cfg.Hook, headers: cfg.ContextHeaders, log: logging.Resolve(cfg.Logger, cfg.Slog), now: cfg.Now}
+	w := &Writer{store: cfg.Store, hook: cfg.Hook, headers: cfg.ContextHeaders, log: outboxlog.Or(cfg.Logger), now: cfg.Now}
 	if w.now == nil {
 		w.now = time.Now
 	}
@@ -371,12 +367,13 @@ func (w *Writer) beforeWrite(ctx context.Context, envs []Envelope) (out []Envelo
 func (w *Writer) safely(ctx context.Context, stage string, envs []Envelope, fn func(context.Context, []Envelope) error) {
 	defer func() {
 		if r := recover(); r != nil {
-			w.log.Error().Str("stage", stage).Int("events", len(envs)).
-				Err(errors.New(fmt.Sprint(r))).Msg("outbox writer hook panicked")
+			w.log.LogAttrs(ctx, slog.LevelError, "outbox writer hook panicked",
+				slog.String("stage", stage), slog.Int("events", len(envs)), outboxlog.Err(errors.New(fmt.Sprint(r))))
 		}
 	}()
 	if err := fn(ctx, envs); err != nil {
-		w.log.Error().Str("stage", stage).Int("events", len(envs)).Err(err).Msg("outbox writer hook failed")
+		w.log.LogAttrs(ctx, slog.LevelError, "outbox writer hook failed",
+			slog.String("stage", stage), slog.Int("events", len(envs)), outboxlog.Err(err))
 	}
 }
 

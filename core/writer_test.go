@@ -4,13 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
-
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
@@ -87,7 +86,7 @@ func setup(t *testing.T, hook core.WriterHook) (testdb.Target, *core.Writer, *tx
 	t.Helper()
 	tg := testdb.SQLite(t)
 	var buf strings.Builder
-	w, err := core.NewWriter(core.WriterConfig{Store: tg.Store, Hook: hook, Logger: zerolog.New(&buf)})
+	w, err := core.NewWriter(core.WriterConfig{Store: tg.Store, Hook: hook, Logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +424,7 @@ func TestWriterKeepsWaitingEventsFromHook(t *testing.T) {
 	}
 	write := func(hook core.WriterHook, envs ...core.Envelope) {
 		t.Helper()
-		w, err := core.NewWriter(core.WriterConfig{Store: tg.Ordered, Hook: hook, Logger: zerolog.Nop()})
+		w, err := core.NewWriter(core.WriterConfig{Store: tg.Ordered, Hook: hook, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -457,5 +456,65 @@ func TestWriterKeepsWaitingEventsFromHook(t *testing.T) {
 	write(plain, keyed("a-3", "A"))
 	if got, want := plain.got(), []string{"before:a-3", "write:a-3", "commit:a-3"}; !slices.Equal(got, want) {
 		t.Fatalf("plain hook calls %q, want %q", got, want)
+	}
+}
+
+// failingHook fails AfterWrite and panics in AfterCommit.
+type failingHook struct{}
+
+func (failingHook) BeforeWrite(_ context.Context, envs []core.Envelope) ([]core.Envelope, error) {
+	return envs, nil
+}
+func (failingHook) AfterWrite(context.Context, []core.Envelope) error  { return errors.New("hook down") }
+func (failingHook) AfterCommit(context.Context, []core.Envelope) error { panic("hook panicked") }
+func (failingHook) AfterRollback(context.Context, []core.Envelope) error {
+	return nil
+}
+
+type traceKey struct{}
+
+// traceHandler keeps, for each record, its message and the trace value of
+// the context it was handled with.
+type traceHandler struct {
+	mu   sync.Mutex
+	seen []string
+}
+
+func (h *traceHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *traceHandler) Handle(ctx context.Context, r slog.Record) error {
+	trace, _ := ctx.Value(traceKey{}).(string)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.seen = append(h.seen, r.Message+" trace="+trace)
+	return nil
+}
+func (h *traceHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *traceHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestWriterLogsWithTheCallersContext: the records of a failing hook reach
+// the handler with the context of the write, so a handler that reads trace
+// ids from it finds them, after the commit too.
+func TestWriterLogsWithTheCallersContext(t *testing.T) {
+	t.Parallel()
+	tg := testdb.SQLite(t)
+	h := &traceHandler{}
+	w, err := core.NewWriter(core.WriterConfig{Store: tg.Store, Hook: failingHook{}, Logger: slog.New(h)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := txctx.New(tg.DB, txctx.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.WithValue(context.Background(), traceKey{}, "t-1")
+	if err := m.Do(ctx, func(ctx context.Context) error {
+		_, err := w.Write(ctx, mustEnv(t, "traced"))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"outbox writer hook failed trace=t-1", "outbox writer hook panicked trace=t-1"}
+	if !slices.Equal(h.seen, want) {
+		t.Fatalf("records %q, want %q", h.seen, want)
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/config"
 )
@@ -135,14 +133,11 @@ type Config struct {
 	Interceptors []core.Interceptor
 	// Metrics receives counters and gauges. Default: core.NopMetrics{}.
 	Metrics core.Metrics
-	// Logger receives the dispatcher's logs. Default: see Slog; zerolog's
-	// global logger is never used.
-	Logger zerolog.Logger
-	// Slog, when not nil, receives the dispatcher's logs instead of Logger.
-	// With neither set, warnings and errors go to slog.Default() (stderr
-	// unless the program changed it); set Logger to zerolog.Nop() or Slog
-	// to slog.New(slog.DiscardHandler) to silence them.
-	Slog *slog.Logger
+	// Logger receives the dispatcher's logs. Nil: outboxlog.Default(), which sends
+	// warnings and errors to slog.Default(). slog.New(slog.DiscardHandler)
+	// silences it; a zerolog.Logger zl is wired in with
+	// slog.New(zerolog.NewSlogHandler(zl)).
+	Logger *slog.Logger
 	// Now returns the current time. Default: time.Now.
 	Now func() time.Time
 }

@@ -4,12 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
@@ -53,7 +52,7 @@ func TestDeadOrderedLogLine(t *testing.T) {
 	var logs syncBuffer
 	node := testnode.Start(t, tg.Store, tg.DB, reg, testnode.Defaults{
 		Retry: &core.ExponentialBackoff{Base: time.Millisecond, Max: 5 * time.Millisecond}, Interval: 20 * time.Millisecond,
-		Logger: zerolog.New(&logs).Level(zerolog.ErrorLevel),
+		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError})),
 	}, testnode.Options{Dispatch: func(c *dispatch.Config) { c.MaxAttempts = 1 }})
 	var ids []string
 	for _, agg := range []string{"Order", "Ledger", "Plain"} {
@@ -83,7 +82,7 @@ func TestDeadOrderedLogLine(t *testing.T) {
 	for i, want := range []struct{ has, hasNot string }{
 		{`its key Order/k1 is now blocked: the key's later events wait until this one is replayed or skipped (outboxctl dead blocked, dead replay ID, dead skip ID)"`, "moves on"},
 		{`its key Ledger/k1 moves on to its next event (DeadContinues)"`, "blocked"},
-		{`"message":"outbox event failed; marked DEAD"`, "key"},
+		{`"msg":"outbox event failed; marked DEAD"`, "key"},
 	} {
 		line := lines[ids[i]]
 		if !strings.Contains(line, want.has) || strings.Contains(line, want.hasNot) {

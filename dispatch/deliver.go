@@ -3,9 +3,11 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"log/slog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/delivery"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // outcome classifies a delivery.
@@ -54,7 +56,8 @@ func (d *Dispatcher) deliver(ctx context.Context, ev core.Event) (outcome, error
 	}
 	for i := ran - 1; i >= 0; i-- {
 		if aerr := callAfter(ctx, d.cfg.Interceptors[i], ev, err); aerr != nil {
-			d.eventLog(d.log.Warn(), ev).Err(aerr).Int("interceptor", i).Msg("outbox interceptor After failed")
+			d.logEvent(ctx, slog.LevelWarn, ev, "outbox interceptor After failed",
+				outboxlog.Err(aerr), slog.Int("interceptor", i))
 		}
 	}
 	return res, err

@@ -3,17 +3,16 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/lease"
 	"github.com/outboxkit/outbox/internal/lifecycle"
-	"github.com/outboxkit/outbox/internal/logging"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // Dispatcher delivers events to their listeners from two bounded in-memory
@@ -26,7 +25,9 @@ import (
 type Dispatcher struct {
 	cfg   Config
 	owner string
-	log   zerolog.Logger
+	log   *slog.Logger
+	// refused sums the hot queue's refusals into one warning a second.
+	refused *outboxlog.Sum
 
 	hot, cold chan item           // queued events with their entries; see inflight.go
 	tick      atomic.Uint64       // weighted round-robin position shared by all workers
@@ -69,7 +70,7 @@ func New(cfg Config) (*Dispatcher, error) {
 	d := &Dispatcher{
 		cfg:      cfg,
 		owner:    cfg.Owner,
-		log:      logging.Resolve(cfg.Logger, cfg.Slog).With().Str("component", "outbox.dispatcher").Logger(),
+		log:      outboxlog.Or(cfg.Logger).With("component", "outbox.dispatcher"),
 		hot:      make(chan item, cfg.HotQueueSize),
 		cold:     make(chan item, cfg.ColdQueueSize),
 		inflight: newInflight(),
@@ -79,6 +80,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		stopWrites: make(chan struct{}),
 		stopRenew:  make(chan struct{}),
 	}
+	d.refused = outboxlog.NewSum(d.log, slog.LevelWarn, refusedMsg, "events", outboxlog.SumOptions{})
 	d.autoWorkers, d.writeSlots = auto, make(chan struct{}, maxWorkerWrites)
 	d.inflight.lease, d.inflight.now = cfg.LeaseTimeout, cfg.Now
 	d.renewer, _ = core.StoreAs[core.LeaseRenewer](cfg.Store)
@@ -92,7 +94,8 @@ func New(cfg Config) (*Dispatcher, error) {
 		Drain:        d.workers.Wait,
 		DrainTimeout: cfg.DrainTimeout,
 		DrainTimedOut: func() {
-			d.log.Warn().Int64("drain_timeout_ms", cfg.DrainTimeout.Milliseconds()).Msg("outbox dispatcher drain timed out; cancelling listeners")
+			d.log.LogAttrs(context.Background(), slog.LevelWarn, "outbox dispatcher drain timed out; cancelling listeners",
+				slog.Int64("drain_timeout_ms", cfg.DrainTimeout.Milliseconds()))
 		},
 		AfterHardStop: func() {
 			<-d.retrying // its last try is releaseQueued's
@@ -110,7 +113,11 @@ func New(cfg Config) (*Dispatcher, error) {
 			close(d.stopRenew)
 			d.renewers.Wait()
 		},
-		Final: d.releaseQueued,
+		Final: func(ctx context.Context) error {
+			err := d.releaseQueued(ctx)
+			d.refused.Flush()
+			return err
+		},
 	})
 	if !cfg.NoYieldAfterCommit {
 		d.yield = runtime.Gosched
@@ -234,7 +241,8 @@ func (d *Dispatcher) releaseQueued(ctx context.Context) error {
 		}
 	}
 	if len(queued) > 0 {
-		d.log.Info().Int("events", len(queued)).Msg("outbox dispatcher releases the leases of queued events on shutdown")
+		d.log.LogAttrs(ctx, slog.LevelInfo, "outbox dispatcher releases the leases of queued events on shutdown",
+			slog.Int("events", len(queued)))
 	}
 	if err := d.releaser.Retry(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("on shutdown: %w", err)

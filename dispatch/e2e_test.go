@@ -5,13 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
@@ -34,7 +33,7 @@ func startNode(t *testing.T, tg testdb.Target, db *sql.DB, reg *core.Registry, o
 		Retry:    &core.ExponentialBackoff{Base: time.Millisecond, Max: 5 * time.Millisecond},
 		Interval: 20 * time.Millisecond,
 		// Errors only: store failures are what a stuck test needs to show.
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel),
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError})),
 	}, o)
 }
 

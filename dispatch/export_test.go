@@ -1,6 +1,11 @@
 package dispatch
 
-import "github.com/outboxkit/outbox/core"
+import (
+	"log/slog"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/outboxlog"
+)
 
 // SetYield replaces what the writer hook runs after queuing events
 // (runtime.Gosched unless Config.NoYieldAfterCommit); nil when it runs nothing.
@@ -17,3 +22,9 @@ func SetYield(d *Dispatcher, f func()) (had bool) {
 // full, the dispatcher is closing, or ev's id is already queued or in
 // flight. Tests use it to feed the hot queue without a store write.
 func (d *Dispatcher) EnqueueHot(ev core.Event) bool { return d.enqueueHot(ev) == queued }
+
+// SetLogClock makes the clock of the summed hot-queue warning c, for tests
+// that close its window themselves.
+func SetLogClock(d *Dispatcher, c outboxlog.Clock) {
+	d.refused = outboxlog.NewSum(d.log, slog.LevelWarn, refusedMsg, "events", outboxlog.SumOptions{Clock: c})
+}

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
@@ -18,7 +19,8 @@ import (
 // hot queue refuses (full or closing), or one not yet deliverable (its
 // NotBefore is in the future), has its lease released at once, in a single
 // statement, so that a poller delivers it; a refusal counts
-// Metrics.HotDropped and logs a warning. A release that fails is tried
+// Metrics.HotDropped and logs a warning: one line a second, with the
+// refusals of that second summed (outboxlog.Sum). A release that fails is tried
 // again in the background, with backoff, until it lands or the dispatcher
 // closes. The write itself never fails because of the hook. After a rollback
 // the hook does nothing: the rows do not exist.
@@ -28,6 +30,10 @@ import (
 func (d *Dispatcher) WriterHook() core.LeasingHook { return writerHook{d} }
 
 type writerHook struct{ d *Dispatcher }
+
+// refusedMsg is the warning of events the hot queue refused, summed a
+// second at a time (Dispatcher.refused).
+const refusedMsg = "outbox hot queue refused events; left for the poller"
 
 // LeaseOwner implements core.LeasingHook.
 func (h writerHook) LeaseOwner() string { return h.d.owner }
@@ -98,8 +104,7 @@ func (h writerHook) AfterCommit(ctx context.Context, envs []core.Envelope) error
 		d.yield()
 	}
 	if len(refused) > 0 {
-		d.log.Warn().Int("events", len(refused)).Str("first_event_id", refused[0]).
-			Msg("outbox hot queue refused events; left for the poller")
+		d.refused.Add(ctx, len(refused), slog.String("first_event_id", refused[0]))
 	}
 	ids := append(refused, later...)
 	if len(ids) == 0 {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -208,5 +211,146 @@ func TestWriterHookYields(t *testing.T) {
 				t.Errorf("%d yields, want %d", got, want)
 			}
 		})
+	}
+}
+
+// TestHotQueueRefusalsSummed: 33 refusals of the hot queue within a second
+// are one warning with events=33, written when the second is over; the
+// test closes the window with a clock of its own.
+func TestHotQueueRefusalsSummed(t *testing.T) {
+	t.Parallel()
+	logs := &recordHandler{}
+	h := newHarness(t, nil, func(c *dispatch.Config) {
+		c.HotQueueSize = 1
+		c.Logger = slog.New(logs)
+	})
+	clock := &fakeClock{now: t0}
+	dispatch.SetLogClock(h.d, clock)
+	ids := []string{"first"}
+	for i := range 33 {
+		ids = append(ids, fmt.Sprintf("refused-%02d", i))
+	}
+	for _, id := range ids {
+		env := newEnv(t, id)
+		if err := h.store.Insert(context.Background(), nil, []core.Envelope{env}, core.InsertOptions{LeaseOwner: testOwner, LeaseAt: t0}); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.d.WriterHook().AfterCommit(context.Background(), []core.Envelope{env}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := h.metrics.Counts().HotDropped; d != 33 {
+		t.Fatalf("HotDropped = %d, want 33", d)
+	}
+	if got := logs.take(); len(got) != 0 {
+		t.Fatalf("%d records before the second was over, want none", len(got))
+	}
+	clock.fire()
+	got := logs.take()
+	if len(got) != 1 {
+		t.Fatalf("%d records, want 1", len(got))
+	}
+	want := "WARN outbox hot queue refused events; left for the poller component=outbox.dispatcher events=33 first_event_id=refused-00 summed_over=1s"
+	if line := got[0]; line != want {
+		t.Fatalf("record\n%s\nwant\n%s", line, want)
+	}
+
+	// Close writes what its second has summed so far.
+	for i := range 3 {
+		env := newEnv(t, fmt.Sprintf("late-%d", i))
+		if err := h.d.WriterHook().AfterCommit(context.Background(), []core.Envelope{env}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.d.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want = "WARN outbox hot queue refused events; left for the poller component=outbox.dispatcher events=3 first_event_id=late-0 summed_over=1s"
+	var warned []string
+	for _, line := range logs.take() {
+		if strings.HasPrefix(line, "WARN") {
+			warned = append(warned, line)
+		}
+	}
+	if len(warned) != 1 || warned[0] != want {
+		t.Fatalf("warnings at Close %q, want [%q]", warned, want)
+	}
+}
+
+// recordHandler keeps each record as one line: level, message, then the
+// attributes (those of WithAttrs first) as key=value.
+type recordHandler struct {
+	mu    *sync.Mutex
+	lines *[]string
+	attrs string
+}
+
+func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	line := r.Level.String() + " " + r.Message + h.attrs
+	r.Attrs(func(a slog.Attr) bool {
+		line += " " + a.String()
+		return true
+	})
+	h.init()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	*h.lines = append(*h.lines, line)
+	return nil
+}
+func (h *recordHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	h.init()
+	d := *h
+	for _, a := range as {
+		d.attrs += " " + a.String()
+	}
+	return &d
+}
+func (h *recordHandler) WithGroup(string) slog.Handler { return h }
+
+func (h *recordHandler) init() {
+	if h.mu == nil {
+		h.mu, h.lines = new(sync.Mutex), new([]string)
+	}
+}
+
+func (h *recordHandler) take() []string {
+	h.init()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := *h.lines
+	*h.lines = nil
+	return out
+}
+
+// fakeClock is an outboxlog.Clock whose timers run when the test fires
+// them.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []func()
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) AfterFunc(_ time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.timers = append(c.timers, f)
+	return func() bool { return false }
+}
+
+// fire runs the timers set so far, in the caller's goroutine.
+func (c *fakeClock) fire() {
+	c.mu.Lock()
+	fs := c.timers
+	c.timers = nil
+	c.mu.Unlock()
+	for _, f := range fs {
+		f()
 	}
 }

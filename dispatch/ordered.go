@@ -2,9 +2,11 @@ package dispatch
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // Ordered delivery (core.OrderedStore): the outcome of an ordered event that
@@ -26,13 +28,13 @@ func (d *Dispatcher) writeDoneOrdered(ctx context.Context, owner string, ops []w
 	n, promoted, err := d.ordered.MarkDoneOrdered(ctx, d.cfg.DB, owner, ids, now)
 	if err != nil {
 		d.cfg.Metrics.StoreError()
-		d.log.Error().Err(err).Int("events", len(ids)).Str("first_event_id", ids[0]).Str("write", "DONE").
-			Msg("outbox write-back of delivered ordered events failed; trying again while the events stay leased")
+		d.log.LogAttrs(ctx, slog.LevelError, "outbox write-back of delivered ordered events failed; trying again while the events stay leased",
+			outboxlog.Err(err), slog.Int("events", len(ids)), slog.String("first_event_id", ids[0]), slog.String("write", "DONE"))
 		return ops
 	}
 	if n < int64(len(ids)) {
-		d.log.Warn().Int("events", len(ids)).Int64("written", n).Str("first_event_id", ids[0]).
-			Msg("outbox write-back fenced for part of a batch of delivered ordered events: leases lost to another owner or rows terminal")
+		d.log.LogAttrs(ctx, slog.LevelWarn, "outbox write-back fenced for part of a batch of delivered ordered events: leases lost to another owner or rows terminal",
+			slog.Int("events", len(ids)), slog.Int64("written", n), slog.String("first_event_id", ids[0]))
 	}
 	for _, op := range ops {
 		d.inflight.done(op.e)
@@ -48,11 +50,11 @@ func (d *Dispatcher) writeDeadOrdered(ctx context.Context, op writeOp) bool {
 	ok, promoted, err := d.ordered.MarkDeadOrdered(ctx, d.cfg.DB, op.e.owner, op.e.id, op.at, op.lastErr)
 	if err != nil {
 		d.cfg.Metrics.StoreError()
-		d.log.Error().Err(err).Str("event_id", op.e.id).Str("write", op.kind.String()).
-			Msg("outbox write-back failed; trying again while the event stays leased")
+		d.log.LogAttrs(ctx, slog.LevelError, "outbox write-back failed; trying again while the event stays leased",
+			outboxlog.Err(err), slog.String("event_id", op.e.id), slog.String("write", op.kind.String()))
 		return false
 	}
-	d.landed(op, ok)
+	d.landed(ctx, op, ok)
 	d.takePromoted(ctx, promoted)
 	return true
 }
@@ -98,7 +100,8 @@ func (d *Dispatcher) takePromoted(ctx context.Context, evs []core.Event) {
 	if _, err := d.cfg.Store.Release(rctx, d.cfg.DB, d.owner, release); err != nil {
 		d.cfg.Metrics.StoreError()
 		d.releaseLater(d.owner, release, now)
-		d.log.Warn().Err(err).Int("events", len(release)).Msg("outbox release of promoted events failed; retrying in the background")
+		d.log.LogAttrs(ctx, slog.LevelWarn, "outbox release of promoted events failed; retrying in the background",
+			outboxlog.Err(err), slog.Int("events", len(release)))
 		return
 	}
 	d.notifyDue(dueAt, from)

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-
-	"github.com/rs/zerolog"
+	"log/slog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/delivery"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // record turns the result of a delivery into its outcome and hands it to the
@@ -19,12 +19,13 @@ import (
 func (d *Dispatcher) record(ctx context.Context, e *entry, ev core.Event, res outcome, err error) {
 	var perm *core.PermanentError
 	if pe := (*core.PanicError)(nil); errors.As(err, &pe) {
-		d.eventLog(d.log.Error(), ev).Str("panic", fmt.Sprint(pe.Value)).Bytes("stack", pe.Stack).Msg("outbox listener panicked")
+		d.logEvent(ctx, slog.LevelError, ev, "outbox listener panicked",
+			slog.String("panic", fmt.Sprint(pe.Value)), slog.String("stack", string(pe.Stack)))
 	}
 	now := d.cfg.Now()
 	switch {
 	case res == delivered:
-		if !d.writable(e, ev, finishing) {
+		if !d.writable(ctx, e, ev, finishing) {
 			return
 		}
 		d.cfg.Metrics.DispatchSuccess()
@@ -36,20 +37,21 @@ func (d *Dispatcher) record(ctx context.Context, e *entry, ev core.Event, res ou
 		d.write(ctx, op)
 
 	case res == unroutable:
-		if !d.writable(e, ev, finishing) {
+		if !d.writable(ctx, e, ev, finishing) {
 			return
 		}
 		d.cfg.Metrics.DispatchDead()
-		d.deadLog(ev).Err(err).Msg("outbox event is unroutable; marked DEAD" + d.deadKeyNote(ev))
+		d.logDead(ctx, ev, "outbox event is unroutable; marked DEAD"+d.deadKeyNote(ev), outboxlog.Err(err))
 		d.write(ctx, writeOp{e: e, kind: writeDead, at: now, lastErr: core.TruncateError(err.Error())})
 
 	case ctx.Err() != nil && !errors.As(err, &perm):
 		// Shutdown cancelled the listener: the failure is ours, not the
 		// event's, so give the event back without counting an attempt.
-		if !d.writable(e, ev, reopening) {
+		if !d.writable(ctx, e, ev, reopening) {
 			return
 		}
-		d.eventLog(d.log.Info(), ev).Err(err).Msg("outbox delivery interrupted by shutdown; lease released")
+		d.logEvent(ctx, slog.LevelInfo, ev, "outbox delivery interrupted by shutdown; lease released",
+			outboxlog.Err(err))
 		// Untracked before the release: intake has stopped, so no claim of
 		// it is taken any more, and the release's retry (release.go) skips
 		// only ids this dispatcher holds.
@@ -58,7 +60,8 @@ func (d *Dispatcher) record(ctx context.Context, e *entry, ev core.Event, res ou
 		defer cancel()
 		if _, serr := d.cfg.Store.Release(wctx, d.cfg.DB, e.owner, []string{e.id}); serr != nil {
 			d.cfg.Metrics.StoreError()
-			d.eventLog(d.log.Warn(), ev).Err(serr).Msg("outbox lease release failed; trying again before shutdown ends")
+			d.logEvent(ctx, slog.LevelWarn, ev, "outbox lease release failed; trying again before shutdown ends",
+				outboxlog.Err(serr))
 			d.releaseLater(e.owner, []string{e.id}, ev.LockedAt)
 		}
 
@@ -66,42 +69,46 @@ func (d *Dispatcher) record(ctx context.Context, e *entry, ev core.Event, res ou
 		attempts := ev.Attempts + 1
 		dead, delay := delivery.AfterFailure(err, attempts, d.cfg.MaxAttempts, d.cfg.Retry)
 		if dead {
-			if !d.writable(e, ev, finishing) {
+			if !d.writable(ctx, e, ev, finishing) {
 				return
 			}
 			d.cfg.Metrics.DispatchDead()
-			d.deadLog(ev).Err(err).Int("attempts", attempts).Msg("outbox event failed; marked DEAD" + d.deadKeyNote(ev))
+			d.logDead(ctx, ev, "outbox event failed; marked DEAD"+d.deadKeyNote(ev),
+				outboxlog.Err(err), slog.Int("attempts", attempts))
 			d.write(ctx, writeOp{e: e, kind: writeDead, at: now, lastErr: core.TruncateError(err.Error())})
 			return
 		}
-		if !d.writable(e, ev, reopening) {
+		if !d.writable(ctx, e, ev, reopening) {
 			return
 		}
 		d.cfg.Metrics.DispatchFailure()
 		next := now.Add(delay)
-		d.eventLog(d.log.Warn(), ev).Err(err).Int("attempts", attempts).Int64("retry_in_ms", delay.Milliseconds()).Msg("outbox event failed; retry scheduled")
+		d.logEvent(ctx, slog.LevelWarn, ev, "outbox event failed; retry scheduled",
+			outboxlog.Err(err), slog.Int("attempts", attempts), slog.Int64("retry_in_ms", delay.Milliseconds()))
 		d.write(ctx, writeOp{e: e, kind: writeRetry, at: next, created: ev.CreatedAt, lastErr: core.TruncateError(err.Error())})
 	}
 }
 
 // writable moves e to state s for the write of its outcome, or reports
 // false, having logged it, when its lease was lost during the delivery.
-func (d *Dispatcher) writable(e *entry, ev core.Event, s entryState) bool {
+func (d *Dispatcher) writable(ctx context.Context, e *entry, ev core.Event, s entryState) bool {
 	if d.inflight.writing(e, s) {
 		return true
 	}
-	d.eventLog(d.log.Warn(), ev).Msg("outbox lease lost during delivery (renewal found another owner or a terminal row); no outcome written")
+	d.logEvent(ctx, slog.LevelWarn, ev, "outbox lease lost during delivery (renewal found another owner or a terminal row); no outcome written")
 	return false
 }
 
-// deadLog starts the ERROR line of an event marked DEAD; an ordered
+// logDead writes the ERROR line of an event marked DEAD; an ordered
 // event's line names its key.
-func (d *Dispatcher) deadLog(ev core.Event) *zerolog.Event {
-	e := d.eventLog(d.log.Error(), ev)
-	if ev.Seq != 0 {
-		e = e.Str("aggregate_id", ev.AggregateID()).Int64("seq", ev.Seq)
+func (d *Dispatcher) logDead(ctx context.Context, ev core.Event, msg string, attrs ...slog.Attr) {
+	if ev.Seq == 0 || !d.log.Enabled(ctx, slog.LevelError) {
+		d.logEvent(ctx, slog.LevelError, ev, msg, attrs...)
+		return
 	}
-	return e
+	key := make([]slog.Attr, 0, 2+len(attrs))
+	key = append(key, slog.String("aggregate_id", ev.AggregateID()), slog.Int64("seq", ev.Seq))
+	d.logEvent(ctx, slog.LevelError, ev, msg, append(key, attrs...)...)
 }
 
 // deadKeyNote is what the DEAD of ev does to its key, for the end of its
@@ -118,7 +125,15 @@ func (d *Dispatcher) deadKeyNote(ev core.Event) string {
 		"or skipped (outboxctl dead blocked, dead replay ID, dead skip ID)"
 }
 
-func (d *Dispatcher) eventLog(e *zerolog.Event, ev core.Event) *zerolog.Event {
-	return e.Str("event_id", ev.ID()).Str("event_type", ev.Type()).
-		Str("aggregate_type", ev.AggregateType()).Int("attempts_before", ev.Attempts)
+// logEvent writes a line about ev at level: the event's id, type,
+// aggregate type and attempts so far, then attrs. Nothing is built when the
+// logger drops level.
+func (d *Dispatcher) logEvent(ctx context.Context, level slog.Level, ev core.Event, msg string, attrs ...slog.Attr) {
+	if !d.log.Enabled(ctx, level) {
+		return
+	}
+	all := make([]slog.Attr, 0, 4+len(attrs))
+	all = append(all, slog.String("event_id", ev.ID()), slog.String("event_type", ev.Type()),
+		slog.String("aggregate_type", ev.AggregateType()), slog.Int("attempts_before", ev.Attempts))
+	d.log.LogAttrs(ctx, level, msg, append(all, attrs...)...)
 }

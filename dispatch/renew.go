@@ -2,7 +2,10 @@ package dispatch
 
 import (
 	"context"
+	"log/slog"
 	"time"
+
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // Lease renewal.
@@ -57,13 +60,13 @@ func (d *Dispatcher) renewOnce(ctx context.Context, timeout time.Duration) {
 		cancel()
 		if err != nil {
 			d.cfg.Metrics.StoreError()
-			d.log.Error().Err(err).Int("events", len(ids)).Str("owner", owner).
-				Msg("outbox lease renewal failed; trying again at the next renewal, before the leases expire")
+			d.log.LogAttrs(ctx, slog.LevelError, "outbox lease renewal failed; trying again at the next renewal, before the leases expire",
+				outboxlog.Err(err), slog.Int("events", len(ids)), slog.String("owner", owner))
 			continue
 		}
 		if n := d.inflight.renewed(es, lost, now); n > 0 {
-			d.log.Warn().Int("events", n).Str("first_event_id", lost[0]).
-				Msg("outbox leases lost (taken by another owner or rows terminal); deliveries cancelled, no outcome written")
+			d.log.LogAttrs(ctx, slog.LevelWarn, "outbox leases lost (taken by another owner or rows terminal); deliveries cancelled, no outcome written",
+				slog.Int("events", n), slog.String("first_event_id", lost[0]))
 		}
 	}
 }

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
@@ -30,7 +31,7 @@ func (d *Dispatcher) process(ctx context.Context, ev core.Event, e *entry, hot b
 	lctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if !d.inflight.begin(e, cancel) {
-		d.eventLog(d.log.Warn(), ev).Msg("outbox lease lost while the event was queued; not delivered")
+		d.logEvent(ctx, slog.LevelWarn, ev, "outbox lease lost while the event was queued; not delivered")
 		return
 	}
 	if d.latency == nil {

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
@@ -129,7 +128,7 @@ func TestWorkerWritesBounded(t *testing.T) {
 			st.memStore = c.Store.(*memStore)
 			c.Store = st
 			c.Workers = 100
-			c.Logger = zerolog.Nop()
+			c.Logger = slog.New(slog.DiscardHandler)
 		})
 		h.start()
 		for i := range 100 {

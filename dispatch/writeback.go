@@ -2,8 +2,11 @@ package dispatch
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // Write-backs: the one path every outcome takes to the store.
@@ -139,12 +142,12 @@ func (d *Dispatcher) apply(ctx context.Context, ops []writeOp) (failed []writeOp
 		ok, err := d.writeOne(wctx, op, now)
 		if err != nil {
 			d.cfg.Metrics.StoreError()
-			d.log.Error().Err(err).Str("event_id", op.e.id).Str("write", op.kind.String()).
-				Msg("outbox write-back failed; trying again while the event stays leased")
+			d.log.LogAttrs(ctx, slog.LevelError, "outbox write-back failed; trying again while the event stays leased",
+				outboxlog.Err(err), slog.String("event_id", op.e.id), slog.String("write", op.kind.String()))
 			failed = append(failed, op)
 			continue
 		}
-		d.landed(op, ok)
+		d.landed(ctx, op, ok)
 	}
 	for _, owner := range owners {
 		failed = append(failed, d.writeDoneBatch(wctx, owner, byOwner[owner], now)...)
@@ -181,12 +184,12 @@ func (d *Dispatcher) writeDoneBatch(ctx context.Context, owner string, g []write
 	switch {
 	case err != nil:
 		d.cfg.Metrics.StoreError()
-		d.log.Error().Err(err).Int("events", len(ids)).Str("first_event_id", ids[0]).Str("write", d.batch.what).
-			Msg("outbox write-back of delivered events failed; trying again while the events stay leased")
+		d.log.LogAttrs(ctx, slog.LevelError, "outbox write-back of delivered events failed; trying again while the events stay leased",
+			outboxlog.Err(err), slog.Int("events", len(ids)), slog.String("first_event_id", ids[0]), slog.String("write", d.batch.what))
 		return g
 	case n < int64(len(ids)):
-		d.log.Warn().Int("events", len(ids)).Int64("written", n).Str("first_event_id", ids[0]).Str("write", d.batch.what).
-			Msg("outbox write-back fenced for part of a batch of delivered events: leases lost to another owner or rows terminal")
+		d.log.LogAttrs(ctx, slog.LevelWarn, "outbox write-back fenced for part of a batch of delivered events: leases lost to another owner or rows terminal",
+			slog.Int("events", len(ids)), slog.Int64("written", n), slog.String("first_event_id", ids[0]), slog.String("write", d.batch.what))
 	}
 	d.inflight.doneAll(g)
 	return nil
@@ -208,11 +211,11 @@ func (d *Dispatcher) writeOne(ctx context.Context, op writeOp, now time.Time) (b
 // landed finishes op once its write returned without error: its entry leaves
 // the tracker (after the write: see inflight), and a RETRY's due time is
 // reported to the poller.
-func (d *Dispatcher) landed(op writeOp, ok bool) {
+func (d *Dispatcher) landed(ctx context.Context, op writeOp, ok bool) {
 	d.inflight.done(op.e)
 	if !ok {
-		d.log.Warn().Str("event_id", op.e.id).Str("write", op.kind.String()).
-			Msg("outbox write-back fenced: the lease was lost to another owner or the row is terminal")
+		d.log.LogAttrs(ctx, slog.LevelWarn, "outbox write-back fenced: the lease was lost to another owner or the row is terminal",
+			slog.String("event_id", op.e.id), slog.String("write", op.kind.String()))
 		return
 	}
 	if op.kind == writeRetry {
@@ -236,7 +239,7 @@ func (p *pendingWrites) keep(d *Dispatcher, ops []writeOp) {
 	n := min(len(ops), max(maxUnwritten-len(p.ops), 0))
 	p.ops = append(p.ops, ops[:n]...)
 	p.mu.Unlock()
-	d.letGo(ops[n:], "outbox dispatcher keeps too many unwritten outcomes")
+	d.letGo(context.Background(), ops[n:], "outbox dispatcher keeps too many unwritten outcomes")
 	select {
 	case p.kick <- struct{}{}:
 	default:
@@ -289,17 +292,17 @@ func (d *Dispatcher) retryWrites(ctx context.Context, stop <-chan struct{}) {
 // lastWrites, at shutdown once no worker or batcher writes any more, makes
 // the last attempt at the pending writes and lets go of what still fails.
 func (d *Dispatcher) lastWrites(ctx context.Context) {
-	d.letGo(d.apply(ctx, d.pending.take()), "outbox outcomes not written at shutdown")
+	d.letGo(ctx, d.apply(ctx, d.pending.take()), "outbox outcomes not written at shutdown")
 }
 
 // letGo untracks the events of ops, whose outcome is not written: they are
 // delivered again once their leases expire.
-func (d *Dispatcher) letGo(ops []writeOp, why string) {
+func (d *Dispatcher) letGo(ctx context.Context, ops []writeOp, why string) {
 	if len(ops) == 0 {
 		return
 	}
-	d.log.Warn().Int("events", len(ops)).Str("first_event_id", ops[0].e.id).
-		Msg(why + "; these events will be delivered again once their leases expire")
+	d.log.LogAttrs(ctx, slog.LevelWarn, why+"; these events will be delivered again once their leases expire",
+		slog.Int("events", len(ops)), slog.String("first_event_id", ops[0].e.id))
 	for _, op := range ops {
 		d.inflight.done(op.e)
 	}

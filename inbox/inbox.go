@@ -40,12 +40,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	mysqldrv "github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/stdlib"
-	sqlitedrv "modernc.org/sqlite"
-
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/config"
+	"github.com/outboxkit/outbox/internal/dbkind"
 )
 
 // Dialect names the SQL flavour of the inbox table.
@@ -143,15 +140,18 @@ func (c Config) withDefaults() (Config, error) {
 		return c, err
 	}
 	if c.Dialect == "" {
-		switch drv := c.DB.Driver().(type) {
-		case *stdlib.Driver:
+		// The driver's type names it (internal/dbkind, shared with
+		// store.Detect); the inbox imports no driver, so that a broker
+		// consumer built on it compiles only the driver the program uses.
+		switch dbkind.Of(c.DB) {
+		case dbkind.Postgres:
 			c.Dialect = Postgres
-		case *mysqldrv.MySQLDriver:
+		case dbkind.MySQL:
 			c.Dialect = MySQL
-		case *sqlitedrv.Driver:
+		case dbkind.SQLite:
 			c.Dialect = SQLite
 		default:
-			return c, core.Invalid("inbox config", "cannot tell the dialect of driver %T; set Dialect", drv)
+			return c, core.Invalid("inbox config", "cannot tell the dialect of driver %s; set Dialect", dbkind.TypeName(c.DB.Driver()))
 		}
 	}
 	c.Table = cmp.Or(c.Table, DefaultTable)

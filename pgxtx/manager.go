@@ -8,11 +8,10 @@ import (
 	"reflect"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/logging"
 	"github.com/outboxkit/outbox/internal/txhooks"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // Beginner begins pgx transactions: *pgxpool.Pool and *pgx.Conn implement it.
@@ -26,15 +25,12 @@ type Config struct {
 	// of the transactions the Manager begins. Default: the server's.
 	TxOptions pgx.TxOptions
 
-	// Logger receives panics recovered from callbacks, callbacks registered
-	// on a transaction that has ended, and rollback failures Do cannot
-	// return because fn panicked. Default: see Slog.
-	Logger zerolog.Logger
-	// Slog, when not nil, receives the Manager's logs instead of Logger.
-	// With neither set, warnings and errors go to slog.Default() (stderr
-	// unless the program changed it); set Logger to zerolog.Nop() or Slog
-	// to slog.New(slog.DiscardHandler) to silence them.
-	Slog *slog.Logger
+	// Logger receives panics recovered from callbacks, callbacks registered on a
+	// transaction that has ended, and rollback failures Do cannot return because
+	// fn panicked. Nil: outboxlog.Default(), which sends warnings and errors to
+	// slog.Default(). slog.New(slog.DiscardHandler) silences it; a zerolog.Logger
+	// zl is wired in with slog.New(zerolog.NewSlogHandler(zl)).
+	Logger *slog.Logger
 }
 
 // Manager begins pgx transactions on one pool or connection and carries them
@@ -43,7 +39,7 @@ type Config struct {
 type Manager struct {
 	db   Beginner
 	opts pgx.TxOptions
-	log  zerolog.Logger
+	log  *slog.Logger
 }
 
 // ErrManagedTx is returned by Commit and Rollback of the pgx.Tx that Do hands
@@ -60,7 +56,7 @@ func New(db Beginner, cfg Config) (*Manager, error) {
 	if !reflect.TypeOf(db).Comparable() {
 		return nil, core.Invalid("pgxtx handle", "%T cannot be compared, so Do could not tell its transactions from another handle's", db)
 	}
-	return &Manager{db: db, opts: cfg.TxOptions, log: logging.Resolve(cfg.Logger, cfg.Slog)}, nil
+	return &Manager{db: db, opts: cfg.TxOptions, log: outboxlog.Or(cfg.Logger)}, nil
 }
 
 // Do runs fn in a transaction: fn receives the pgx.Tx, and a context that
@@ -105,7 +101,7 @@ func (m *Manager) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 		// fn panicked (or called runtime.Goexit); the panic goes on once
 		// this returns.
 		if err := t.rollback(endCtx); err != nil {
-			m.log.Error().Err(err).Msg("pgxtx: roll back transaction after panic")
+			m.log.LogAttrs(endCtx, slog.LevelError, "pgxtx: roll back transaction after panic", outboxlog.Err(err))
 		}
 		t.hooks.Finish(endCtx, false)
 	}()

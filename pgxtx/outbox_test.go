@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/core"
@@ -49,7 +49,7 @@ func startOutbox(t *testing.T, pool *pgxpool.Pool, store core.Store, reg *core.R
 	db := stdlib.OpenDBFromPool(pool)
 	t.Cleanup(func() { _ = db.Close() })
 	metrics := &queueCount{}
-	ob, err := outbox.New(outbox.Config{DB: db, Store: store, Registry: reg, Metrics: metrics, Logger: zerolog.Nop()})
+	ob, err := outbox.New(outbox.Config{DB: db, Store: store, Registry: reg, Metrics: metrics, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
 	"github.com/outboxkit/outbox/core"
@@ -322,7 +322,7 @@ func TestCancellation(t *testing.T) {
 func TestCallbacksAreLogged(t *testing.T) {
 	pool := testdb.PgxPool(t)
 	var buf syncBuffer
-	m := newManager(t, pool, pgxtx.Config{Logger: zerolog.New(&buf)})
+	m := newManager(t, pool, pgxtx.Config{Logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	var rec recorder
 	var kept *pgxtx.Tx
 	err := m.Do(context.Background(), func(ctx context.Context, _ pgx.Tx) error {

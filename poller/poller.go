@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/lease"
 	"github.com/outboxkit/outbox/internal/lifecycle"
-	"github.com/outboxkit/outbox/internal/logging"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 const (
@@ -43,7 +42,7 @@ const (
 // PollOnce runs one cycle without Start.
 type Poller struct {
 	cfg Config
-	log zerolog.Logger
+	log *slog.Logger
 
 	loop lifecycle.Loop
 
@@ -66,7 +65,7 @@ func New(cfg Config) (*Poller, error) {
 	}
 	p := &Poller{
 		cfg:   cfg,
-		log:   logging.Resolve(cfg.Logger, cfg.Slog).With().Str("component", "outbox.poller").Logger(),
+		log:   outboxlog.Or(cfg.Logger).With("component", "outbox.poller"),
 		wake:  make(chan struct{}, 1),
 		sched: newSchedule(cfg),
 	}
@@ -224,7 +223,8 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 	defer cancel()
 	var errs []error
 	for _, b := range bad {
-		p.log.Error().Str("event_id", b.ID).Err(b.Err).Msg("outbox event cannot be decoded; marking DEAD")
+		p.log.LogAttrs(ctx, slog.LevelError, "outbox event cannot be decoded; marking DEAD",
+			slog.String("event_id", b.ID), outboxlog.Err(b.Err))
 		p.cfg.Metrics.DispatchDead()
 		if _, err := p.cfg.Store.MarkDead(fctx, p.cfg.DB, p.cfg.Owner, b.ID, now, core.TruncateError(b.Error())); err != nil {
 			p.cfg.Metrics.StoreError()
@@ -267,8 +267,8 @@ func (p *Poller) claim(ctx context.Context) (cycle, error) {
 		}
 	}
 	if len(events)+len(bad) > 0 {
-		p.log.Debug().Int("claimed", len(events)+len(bad)).Int("enqueued", c.taken).
-			Int("refused", len(refused)).Int("undecodable", len(bad)).Msg("outbox poll")
+		p.log.LogAttrs(ctx, slog.LevelDebug, "outbox poll",
+			slog.Int("claimed", len(events)+len(bad)), slog.Int("enqueued", c.taken), slog.Int("refused", len(refused)), slog.Int("undecodable", len(bad)))
 	}
 	return c, errors.Join(errs...)
 }
@@ -298,7 +298,8 @@ func (p *Poller) run(ctx context.Context, stop <-chan struct{}) {
 			}
 			failures++
 			wait = min(p.cfg.Interval, errorBackoff<<min(failures-1, 16))
-			p.log.Error().Err(err).Int("consecutive_failures", failures).Int64("retry_in_ms", wait.Milliseconds()).Msg("outbox poll failed")
+			p.log.LogAttrs(ctx, slog.LevelError, "outbox poll failed",
+				outboxlog.Err(err), slog.Int("consecutive_failures", failures), slog.Int64("retry_in_ms", wait.Milliseconds()))
 		case c.skipped && backlog:
 			failures, wait = 0, backlogPause
 		case c.skipped:
@@ -312,7 +313,8 @@ func (p *Poller) run(ctx context.Context, stop <-chan struct{}) {
 		if !p.sleep(stop, wait) {
 			// One last try, bounded by Close's context.
 			if err := p.releaser.Retry(ctx); err != nil {
-				p.log.Error().Err(err).Msg("outbox poller stopped with unreleased leases; they wait for their lease to expire")
+				p.log.LogAttrs(ctx, slog.LevelError, "outbox poller stopped with unreleased leases; they wait for their lease to expire",
+					outboxlog.Err(err))
 			}
 			return
 		}

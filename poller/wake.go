@@ -3,10 +3,12 @@ package poller
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 const (
@@ -49,7 +51,8 @@ func (p *Poller) watch(ctx context.Context, src core.WakeSource) {
 		if errors.Is(err, core.ErrInvalid) {
 			// A pool that cannot give a dedicated connection will not
 			// start to: poll only.
-			p.log.Error().Err(err).Msg("outbox poller cannot watch for new events; it polls only")
+			p.log.LogAttrs(ctx, slog.LevelError, "outbox poller cannot watch for new events; it polls only",
+				outboxlog.Err(err))
 			return
 		}
 		if time.Since(started) >= watchStable {
@@ -57,8 +60,8 @@ func (p *Poller) watch(ctx context.Context, src core.WakeSource) {
 		}
 		failures++
 		wait := min(watchMaxBackoff, watchBackoff<<min(failures-1, 16))
-		p.log.Warn().Err(err).Int("consecutive_failures", failures).Int64("retry_in_ms", wait.Milliseconds()).
-			Msg("outbox poller lost its watch connection; polling meanwhile")
+		p.log.LogAttrs(ctx, slog.LevelWarn, "outbox poller lost its watch connection; polling meanwhile",
+			outboxlog.Err(err), slog.Int("consecutive_failures", failures), slog.Int64("retry_in_ms", wait.Milliseconds()))
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

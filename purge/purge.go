@@ -9,12 +9,10 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/lifecycle"
-	"github.com/outboxkit/outbox/internal/logging"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // Defaults applied by New to zero Config fields.
@@ -75,15 +73,11 @@ type Config struct {
 	// for the same rows.
 	Locker core.Locker
 
-	// Logger receives a line at info level for each run that deleted rows,
-	// and the errors of background runs. Default: see Slog; zerolog's global
-	// logger is never used.
-	Logger zerolog.Logger
-	// Slog, when not nil, receives the purger's logs instead of Logger.
-	// With neither set, warnings and errors go to slog.Default() (stderr
-	// unless the program changed it); set Logger to zerolog.Nop() or Slog
-	// to slog.New(slog.DiscardHandler) to silence them.
-	Slog *slog.Logger
+	// Logger receives a line at info level for each run that deleted rows, and the
+	// errors of background runs. Nil: outboxlog.Default(), which sends warnings
+	// and errors to slog.Default(). slog.New(slog.DiscardHandler) silences it; a
+	// zerolog.Logger zl is wired in with slog.New(zerolog.NewSlogHandler(zl)).
+	Logger *slog.Logger
 	// Now returns the current time, from which the cutoffs are computed.
 	// Default: time.Now.
 	Now func() time.Time
@@ -128,7 +122,7 @@ func (c Config) withDefaults() (Config, error) {
 // cannot be restarted after Close.
 type Purger struct {
 	cfg Config
-	log zerolog.Logger
+	log *slog.Logger
 
 	loop lifecycle.Loop
 
@@ -145,7 +139,7 @@ func New(cfg Config) (*Purger, error) {
 	}
 	return &Purger{
 		cfg: cfg,
-		log: logging.Resolve(cfg.Logger, cfg.Slog).With().Str("component", "outbox.purge").Logger(),
+		log: outboxlog.Or(cfg.Logger).With("component", "outbox.purge"),
 	}, nil
 }
 
@@ -193,11 +187,12 @@ func (p *Purger) background(ctx context.Context, stop <-chan struct{}) {
 		if errors.Is(err, ErrLocked) {
 			// Another instance runs this purge; ours waits for the next
 			// interval, jittered, so the instances keep taking turns.
-			p.log.Debug().Msg("outbox purge skipped: another instance holds the purge lock")
+			p.log.LogAttrs(ctx, slog.LevelDebug, "outbox purge skipped: another instance holds the purge lock")
 			err = nil
 		}
 		if err != nil && !stopping(ctx, stop) {
-			p.log.Error().Err(err).Int64("deleted", n).Msg("outbox purge failed; retrying at the next run")
+			p.log.LogAttrs(ctx, slog.LevelError, "outbox purge failed; retrying at the next run",
+				outboxlog.Err(err), slog.Int64("deleted", n))
 		}
 		if p.afterRun != nil {
 			p.afterRun(n, err)
@@ -240,7 +235,8 @@ func (p *Purger) run(ctx context.Context, stop <-chan struct{}) (int64, error) {
 	// rows or the same ones once.
 	n, err := p.purge(ctx, stop)
 	if uerr := lock.Unlock(ctx); uerr != nil {
-		p.log.Warn().Err(uerr).Msg("outbox purge: releasing the purge lock failed; its session was closed instead")
+		p.log.LogAttrs(ctx, slog.LevelWarn, "outbox purge: releasing the purge lock failed; its session was closed instead",
+			outboxlog.Err(uerr))
 	}
 	return n, err
 }
@@ -295,7 +291,8 @@ func (p *Purger) maintainPartitions(ctx context.Context, now time.Time, params c
 	}
 	created, dropped, err := pm.MaintainPartitions(ctx, p.cfg.DB, now, params)
 	if len(created)+len(dropped) > 0 {
-		p.log.Info().Strs("created", created).Strs("dropped", dropped).Msg("outbox purge maintained the table's partitions")
+		p.log.LogAttrs(ctx, slog.LevelInfo, "outbox purge maintained the table's partitions",
+			slog.Any("created", created), slog.Any("dropped", dropped))
 	}
 	if err != nil {
 		return fmt.Errorf("purge: %w", err)
@@ -337,12 +334,12 @@ func (p *Purger) purgeRows(ctx context.Context, stop <-chan struct{}, started ti
 		}
 		select {
 		case <-stop:
-			p.logDeleted(total, batches, started, params)
+			p.logDeleted(ctx, total, batches, started, params)
 			return total, nil
 		default:
 		}
 	}
-	p.logDeleted(total, batches, started, params)
+	p.logDeleted(ctx, total, batches, started, params)
 	if kp, ok := p.keyPurger(); ok {
 		if err := p.purgeKeys(ctx, stop, kp, params.DoneBefore); err != nil {
 			return total, err
@@ -373,7 +370,8 @@ func (p *Purger) purgeKeys(ctx context.Context, stop <-chan struct{}, kp KeyPurg
 		}
 	}
 	if total > 0 {
-		p.log.Info().Int64("deleted", total).Time("idle_before", before).Msg("outbox purge deleted the rows of idle ordered keys")
+		p.log.LogAttrs(ctx, slog.LevelInfo, "outbox purge deleted the rows of idle ordered keys",
+			slog.Int64("deleted", total), slog.Time("idle_before", before))
 	}
 	return nil
 }
@@ -388,14 +386,14 @@ func (p *Purger) batch(ctx context.Context, params core.PurgeParams) (int64, err
 	return n, err
 }
 
-func (p *Purger) logDeleted(total int64, batches int, started time.Time, params core.PurgeParams) {
+func (p *Purger) logDeleted(ctx context.Context, total int64, batches int, started time.Time, params core.PurgeParams) {
 	if total == 0 {
 		return
 	}
-	ev := p.log.Info().Int64("deleted", total).Int("batches", batches).
-		Int64("took_ms", time.Since(started).Milliseconds()).Time("done_before", params.DoneBefore)
+	attrs := []slog.Attr{slog.Int64("deleted", total), slog.Int("batches", batches),
+		slog.Int64("took_ms", time.Since(started).Milliseconds()), slog.Time("done_before", params.DoneBefore)}
 	if !params.DeadBefore.IsZero() {
-		ev = ev.Time("dead_before", params.DeadBefore)
+		attrs = append(attrs, slog.Time("dead_before", params.DeadBefore))
 	}
-	ev.Msg("outbox purge deleted terminal events")
+	p.log.LogAttrs(ctx, slog.LevelInfo, "outbox purge deleted terminal events", attrs...)
 }

@@ -6,13 +6,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"go.uber.org/goleak"
 
 	"github.com/outboxkit/outbox/core"
@@ -143,7 +143,7 @@ func TestRunOnceDeletesOnlyOldTerminalRows(t *testing.T) {
 			seedRow{"retry-old", core.StatusRetry, now.Add(-90 * day)},
 		)
 		var log syncBuffer
-		p := newPurger(t, Config{Store: tg.Store, DB: tg.DB, Logger: zerolog.New(&log)})
+		p := newPurger(t, Config{Store: tg.Store, DB: tg.DB, Logger: slog.New(slog.NewJSONHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 		n, err := p.RunOnce(testCtx(t))
 		if err != nil || n != 3 {
 			t.Fatalf("RunOnce = %d, %v; want 3, nil", n, err)
@@ -375,7 +375,7 @@ func TestCloseCancelsABatchWhenItsContextIsDone(t *testing.T) {
 
 func TestBackgroundErrorsAreLoggedNotPropagated(t *testing.T) {
 	var log syncBuffer
-	p := newPurger(t, Config{Store: errPurger{}, DB: fakeDB{}, Logger: zerolog.New(&log)})
+	p := newPurger(t, Config{Store: errPurger{}, DB: fakeDB{}, Logger: slog.New(slog.NewJSONHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	errs := make(chan error, 1)
 	p.afterRun = func(_ int64, err error) { errs <- err }
 	if err := p.Start(testCtx(t)); err != nil {
@@ -387,7 +387,7 @@ func TestBackgroundErrorsAreLoggedNotPropagated(t *testing.T) {
 	if err := p.Close(testCtx(t)); err != nil {
 		t.Errorf("Close = %v; background errors must not surface", err)
 	}
-	if !strings.Contains(log.String(), "outbox purge failed") || !strings.Contains(log.String(), `"level":"error"`) {
+	if !strings.Contains(log.String(), "outbox purge failed") || !strings.Contains(log.String(), `"level":"ERROR"`) {
 		t.Errorf("error not logged: %q", log.String())
 	}
 }
@@ -500,7 +500,7 @@ func TestRunOnceDeletesIdleKeys(t *testing.T) {
 		}
 		var log syncBuffer
 		// Eight days on, past the default retention of seven.
-		p := newPurger(t, Config{Store: tg.Ordered, DB: tg.DB, Logger: zerolog.New(&log),
+		p := newPurger(t, Config{Store: tg.Ordered, DB: tg.DB, Logger: slog.New(slog.NewJSONHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 			Now: func() time.Time { return time.Now().Add(8 * day) }})
 		if n, err := p.RunOnce(testCtx(t)); err != nil || n != 2 {
 			t.Fatalf("RunOnce = %d, %v; want 2, nil", n, err)

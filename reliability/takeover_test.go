@@ -20,15 +20,25 @@ type takeoverRun struct {
 	dialect, dsn, outbox string
 	deliveries           chaos.Deliveries
 	lease                time.Duration
+	position             bool // outbox.DeliveryPosition
+}
+
+// flags returns the relaynode flags of the run's delivery.
+func (r *takeoverRun) flags() []string {
+	if r.position {
+		return []string{"-position"}
+	}
+	return nil
 }
 
 // startRelay starts a relay process (reliability/internal/relaynode) and
 // waits until it runs.
 func (r *takeoverRun) startRelay(t *testing.T, n int) *proc {
 	t.Helper()
-	p := startBinary(t, buildHelper(t, "relaynode"), fmt.Sprintf("relay-%d", n), "-role", "relay",
+	args := append([]string{"-role", "relay",
 		"-dialect", r.dialect, "-dsn", r.dsn, "-table", r.outbox, "-deliveries", r.deliveries.Table(),
-		"-lease", r.lease.String(), "-interval", "100ms", "-work", "10ms", "-v")
+		"-lease", r.lease.String(), "-interval", "100ms", "-work", "10ms", "-v"}, r.flags()...)
+	p := startBinary(t, buildHelper(t, "relaynode"), fmt.Sprintf("relay-%d", n), args...)
 	p.owner = strings.TrimPrefix(p.line(t, "ready ", time.Minute), "ready ")
 	return p
 }
@@ -97,19 +107,21 @@ func runTakeover(t *testing.T, r *takeoverRun, tg testdb.Target) {
 	stamp(t, relays[0], "active")
 	relays = append(relays, r.startRelay(t, 1))
 	all = append(all, relays[1])
-	writer := startBinary(t, buildHelper(t, "relaynode"), "writer", "-role", "writer", "-dialect", r.dialect,
-		"-dsn", r.dsn, "-table", r.outbox, "-events", fmt.Sprint(events), "-rate", fmt.Sprint(rate))
+	writer := startBinary(t, buildHelper(t, "relaynode"), "writer", append([]string{"-role", "writer", "-dialect", r.dialect,
+		"-dsn", r.dsn, "-table", r.outbox, "-events", fmt.Sprint(events), "-rate", fmt.Sprint(rate)}, r.flags()...)...)
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
 	var lockTimes, deliveryTimes []time.Duration
 	heldAtKills := 0
+	killed := map[string]bool{} // owners of the killed relays
 	for k := range takeovers {
 		active, standby := relays[0], relays[1]
 		// Kill while the active relay delivers: after its first delivery,
 		// at a random point of the next second and a half.
 		stamp(t, active, "first")
 		time.Sleep(500*time.Millisecond + time.Duration(rng.Int64N(int64(time.Second)))) // pacing of the kills, not synchronisation
-		killed := time.Now()
+		killedAt := time.Now()
+		killed[active.owner] = true
 		active.kill()
 		<-active.exited
 		checkRaces(t, active)
@@ -119,8 +131,8 @@ func runTakeover(t *testing.T, r *takeoverRun, tg testdb.Target) {
 		}
 		held := len(heldIDs)
 		heldAtKills += held
-		lockTimes = append(lockTimes, stamp(t, standby, "active").Sub(killed))
-		deliveryTimes = append(deliveryTimes, stamp(t, standby, "first").Sub(killed))
+		lockTimes = append(lockTimes, stamp(t, standby, "active").Sub(killedAt))
+		deliveryTimes = append(deliveryTimes, stamp(t, standby, "first").Sub(killedAt))
 		fresh := r.startRelay(t, len(all))
 		all = append(all, fresh)
 		relays = []*proc{standby, fresh}
@@ -134,6 +146,11 @@ func runTakeover(t *testing.T, r *takeoverRun, tg testdb.Target) {
 		t.Fatalf("writer: %v; stderr:\n%s", writer.err, writer.stderr.String())
 	}
 	waitUntil(t, 3*time.Minute, 200*time.Millisecond, fmt.Sprintf("%d DONE rows", events), func() (bool, error) {
+		if r.position {
+			// Delivered STREAM rows stay STREAM: wait for the deliveries.
+			lost, err := r.deliveries.Lost(ctx, tg.DB, r.outbox)
+			return err == nil && lost == 0, err
+		}
 		c, err := chaos.StatusCounts(ctx, tg.DB, r.outbox)
 		return err == nil && c[core.StatusDone] == events, err
 	})
@@ -164,10 +181,23 @@ func runTakeover(t *testing.T, r *takeoverRun, tg testdb.Target) {
 	if lost != 0 || sum.Events != events || strays != 0 {
 		t.Errorf("%d events lost, %d delivered of %d, %d stray deliveries", lost, sum.Events, events, strays)
 	}
-	// Only a killed relay's claims can be delivered twice: it may have run
-	// the listener and died before writing DONE. The standby waits for
-	// their leases to expire.
-	if sum.Duplicated > heldAtKills {
+	if r.position {
+		// In position delivery nothing is leased: a killed relay's events
+		// in flight, and those it delivered since its last save of the
+		// position, are delivered again from the saved position. Every
+		// duplicated event must have been delivered by a killed relay.
+		first := map[string]string{}
+		for _, d := range delivered {
+			if o, ok := first[d.EventID]; ok && !killed[o] {
+				t.Errorf("event %s delivered again although its first delivery (%s) was not a killed relay's", d.EventID, o)
+			} else if !ok {
+				first[d.EventID] = d.Owner
+			}
+		}
+	} else if sum.Duplicated > heldAtKills {
+		// Only a killed relay's claims can be delivered twice: it may have
+		// run the listener and died before writing DONE. The standby waits
+		// for their leases to expire.
 		t.Errorf("%d duplicated events, more than the %d held by the killed relays", sum.Duplicated, heldAtKills)
 	}
 	// A standby tries the lock every second: "within seconds" with a margin
@@ -175,4 +205,15 @@ func runTakeover(t *testing.T, r *takeoverRun, tg testdb.Target) {
 	if worst := percentile(lockTimes, 100); worst > 5*time.Second {
 		t.Errorf("slowest takeover of the relay lock %s, want under 5 s", worst)
 	}
+}
+
+// TestSingleActiveTakeoverPosition is TestSingleActiveTakeover in position
+// delivery (PostgreSQL): the standby reads on from the persisted position.
+// Nothing may be lost; an event delivered twice must have been delivered
+// first by a killed relay (in flight, or delivered after its last save).
+func TestSingleActiveTakeoverPosition(t *testing.T) {
+	t.Parallel()
+	tg := testdb.Open(t, "postgres")
+	r := &takeoverRun{dialect: "postgres", dsn: os.Getenv(testdb.PostgresEnv), outbox: tg.Table, lease: 3 * time.Second, position: true}
+	runTakeover(t, r, tg)
 }

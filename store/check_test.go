@@ -61,8 +61,8 @@ func TestCheckSchema(t *testing.T) {
 		if err := check(tg.Store); err != nil {
 			t.Errorf("table made by CreateSchema: %v", err)
 		}
-		if n := len(tg.Store.(migrations.Source).Migrations()); n != 2 {
-			t.Errorf("the store has %d migrations; schemacheck.Version (2) and its probes must follow them", n)
+		if n := len(tg.Store.(migrations.Source).Migrations()); n != 3 {
+			t.Errorf("the store has %d migrations; schemacheck.Version (3) and its probes must follow them", n)
 		}
 
 		// No table.

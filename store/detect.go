@@ -8,11 +8,8 @@ import (
 	"strings"
 	"time"
 
-	mysqldrv "github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/stdlib"
-	sqlitedrv "modernc.org/sqlite"
-
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/dbkind"
 	"github.com/outboxkit/outbox/store/mysql"
 	"github.com/outboxkit/outbox/store/postgres"
 	"github.com/outboxkit/outbox/store/sqlite"
@@ -45,15 +42,16 @@ func Detect(db *sql.DB, table string) (core.Store, error) {
 
 // DetectContext is Detect with a context for the queries it may send.
 func DetectContext(ctx context.Context, db *sql.DB, table string) (core.Store, error) {
-	switch drv := db.Driver().(type) {
-	case *stdlib.Driver:
+	// The same detection as the inbox's (internal/dbkind).
+	switch dbkind.Of(db) {
+	case dbkind.Postgres:
 		return asStore(postgres.New(postgres.Config{Table: table}))
-	case *mysqldrv.MySQLDriver:
+	case dbkind.MySQL:
 		return newMySQL(ctx, db, table)
-	case *sqlitedrv.Driver:
+	case dbkind.SQLite:
 		return asStore(sqlite.New(sqlite.Config{Table: table}))
 	default:
-		return detectByServer(ctx, db, table, fmt.Sprintf("%T", drv))
+		return detectByServer(ctx, db, table, dbkind.TypeName(db.Driver()))
 	}
 }
 

@@ -28,8 +28,8 @@
 // begin a transaction of its own, and core.Writer.Write in it fails with
 // core.ErrNoTransaction instead of writing into a transaction that is over.
 //
-// A panic in a callback is recovered and logged to Config.Logger (silent by
-// default); the remaining callbacks still run and Do's result is unchanged.
+// A panic in a callback is recovered and logged to Config.Logger (nil:
+// slog.Default(), see package outboxlog); the remaining callbacks still run and Do's result is unchanged.
 // A callback registered after the transaction has ended never runs; the
 // registration is logged to Config.Logger. Registration is safe for
 // concurrent use; statements on a Tx are not, as on a *sql.Tx.

@@ -9,11 +9,10 @@ import (
 	"reflect"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/logging"
 	"github.com/outboxkit/outbox/internal/txhooks"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // Config configures a Manager. The zero value is valid.
@@ -23,15 +22,12 @@ type Config struct {
 	// driver's defaults).
 	TxOptions *sql.TxOptions
 
-	// Logger receives panics recovered from callbacks, callbacks registered
-	// on a transaction that has ended, and rollback failures Do cannot return
-	// because fn panicked. Default: see Slog.
-	Logger zerolog.Logger
-	// Slog, when not nil, receives the Manager's logs instead of Logger.
-	// With neither set, warnings and errors go to slog.Default() (stderr
-	// unless the program changed it); set Logger to zerolog.Nop() or Slog
-	// to slog.New(slog.DiscardHandler) to silence them.
-	Slog *slog.Logger
+	// Logger receives panics recovered from callbacks, callbacks registered on a
+	// transaction that has ended, and rollback failures Do cannot return because
+	// fn panicked. Nil: outboxlog.Default(), which sends warnings and errors to
+	// slog.Default(). slog.New(slog.DiscardHandler) silences it; a zerolog.Logger
+	// zl is wired in with slog.New(zerolog.NewSlogHandler(zl)).
+	Logger *slog.Logger
 }
 
 // Manager begins transactions on one handle and carries them in contexts. It
@@ -41,7 +37,7 @@ type Manager struct {
 	sqlxDB sqlxBeginner // non-nil when db is a *sqlx.DB or *sqlx.Conn
 	handle any          // identifies db for joining
 	txOpts *sql.TxOptions
-	log    zerolog.Logger
+	log    *slog.Logger
 }
 
 // sqlxBeginner is implemented by *sqlx.DB and *sqlx.Conn.
@@ -57,7 +53,7 @@ func New(db core.TxBeginner, cfg Config) (*Manager, error) {
 	if isNil(db) {
 		return nil, core.Invalid("txctx handle", "is nil")
 	}
-	m := &Manager{db: db, handle: handleOf(db), log: logging.Resolve(cfg.Logger, cfg.Slog)}
+	m := &Manager{db: db, handle: handleOf(db), log: outboxlog.Or(cfg.Logger)}
 	if cfg.TxOptions != nil {
 		opts := *cfg.TxOptions
 		m.txOpts = &opts
@@ -104,7 +100,7 @@ func (m *Manager) Do(ctx context.Context, fn func(ctx context.Context) error) er
 		// fn panicked (or called runtime.Goexit). Not recovering keeps the
 		// panic's value and stack intact; it goes on once this returns.
 		if err := t.rollback(); err != nil {
-			m.log.Error().Err(err).Msg("txctx: roll back transaction after panic")
+			m.log.LogAttrs(cbCtx, slog.LevelError, "txctx: roll back transaction after panic", outboxlog.Err(err))
 		}
 		t.finish(cbCtx, false)
 	}()

@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -14,7 +15,6 @@ import (
 	"testing"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/rs/zerolog"
 	_ "modernc.org/sqlite"
 
 	"github.com/outboxkit/outbox/core"
@@ -354,7 +354,7 @@ func TestCallbackPanicsAreRecoveredAndLogged(t *testing.T) {
 	t.Parallel()
 	db, _ := openDB(t)
 	var logs syncBuffer
-	m := newManager(t, db, txctx.Config{Logger: zerolog.New(&logs)})
+	m := newManager(t, db, txctx.Config{Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 
 	t.Run("after commit", func(t *testing.T) {
 		var rec recorder
@@ -708,7 +708,7 @@ func TestCallbackRegisteredAfterEndNeverRuns(t *testing.T) {
 	t.Parallel()
 	db, _ := openDB(t)
 	var logs syncBuffer
-	m := newManager(t, db, txctx.Config{Logger: zerolog.New(&logs)})
+	m := newManager(t, db, txctx.Config{Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	var rec recorder
 
 	var tx *txctx.Tx

@@ -4,9 +4,9 @@ go 1.25.0
 
 require (
 	github.com/nats-io/nats.go v1.53.0
-	github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
-	github.com/outboxkit/outbox/broker/jetstream v0.0.0-00010101000000-000000000000
-	github.com/outboxkit/outbox/broker/rabbitmq v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox v0.1.0
+	github.com/outboxkit/outbox/broker/jetstream v0.1.0
+	github.com/outboxkit/outbox/broker/rabbitmq v0.1.0
 	github.com/rabbitmq/amqp091-go v1.16.0
 )
 
@@ -21,14 +21,12 @@ require (
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/jmoiron/sqlx v1.4.0 // indirect
 	github.com/klauspost/compress v1.18.5 // indirect
-	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/nats-io/nkeys v0.4.15 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/oklog/ulid/v2 v2.1.2 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	github.com/rs/zerolog v1.35.1 // indirect
 	golang.org/x/crypto v0.49.0 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
@@ -37,10 +35,4 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.59.0 // indirect
-)
-
-replace (
-	github.com/outboxkit/outbox => ../..
-	github.com/outboxkit/outbox/broker/jetstream => ../../broker/jetstream
-	github.com/outboxkit/outbox/broker/rabbitmq => ../../broker/rabbitmq
 )

@@ -7,10 +7,9 @@ require (
 	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox v0.1.0
 	github.com/riverqueue/river v0.42.0
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.42.0
-	github.com/rs/zerolog v1.35.1
 )
 
 require (
@@ -25,7 +24,6 @@ require (
 	github.com/jmoiron/sqlx v1.4.0 // indirect
 	github.com/lib/pq v1.10.9 // indirect
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
-	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/oklog/ulid v1.3.1 // indirect
@@ -52,5 +50,3 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.59.0 // indirect
 )
-
-replace github.com/outboxkit/outbox => ../..

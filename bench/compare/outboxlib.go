@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/core"
@@ -74,7 +73,7 @@ func (o *ours) setup(ctx context.Context, srv *server, writers int) error {
 		}); err != nil {
 			return err
 		}
-		cfg := outbox.Config{DB: db, Store: o.st, Registry: reg, Mode: mode, Logger: zerolog.Nop()}
+		cfg := outbox.Config{DB: db, Store: o.st, Registry: reg, Mode: mode, Logger: slog.New(slog.DiscardHandler)}
 		cfg.Dispatch.Workers = o.workers
 		cfg.Poller.BatchSize = o.batch
 		ob, err := outbox.New(cfg)

@@ -6,15 +6,16 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/broker"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/inbox"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // DefaultNakDelay is how long JetStream waits before redelivering a message
@@ -34,9 +35,11 @@ type ConsumeConfig struct {
 	// NakDelay is how long JetStream waits before redelivering a message
 	// whose Handler failed. Default 1s.
 	NakDelay time.Duration
-	// Logger receives handler failures and messages without an event id.
-	// Default: the zero (silent) logger.
-	Logger zerolog.Logger
+	// Logger receives handler failures and messages without an event id. Nil:
+	// outboxlog.Default(), which sends warnings and errors to slog.Default().
+	// slog.New(slog.DiscardHandler) silences it; a zerolog.Logger zl is wired in
+	// with slog.New(zerolog.NewSlogHandler(zl)).
+	Logger *slog.Logger
 }
 
 func (c ConsumeConfig) validate() error {
@@ -66,7 +69,9 @@ func EventID(msg jetstream.Msg) string {
 // commit. A message whose id took effect before is acknowledged without
 // running the handler; one whose handler fails is redelivered after
 // NakDelay; one without an event id can never be deduplicated and is
-// terminated (logged). A crash between the commit and the acknowledgement
+// terminated (logged). Repeated lines of one kind within a second are
+// summed into one (outboxlog.Sum), with the event id and error of the
+// first. A crash between the commit and the acknowledgement
 // redelivers the message, which the inbox absorbs. Consume returns nil when
 // ctx is done, or the error that stopped it.
 func Consume(ctx context.Context, cfg ConsumeConfig) error {
@@ -74,6 +79,8 @@ func Consume(ctx context.Context, cfg ConsumeConfig) error {
 		return err
 	}
 	cfg.NakDelay = cmp.Or(cfg.NakDelay, DefaultNakDelay)
+	logs := newConsumeLogs(cfg.Logger)
+	defer logs.flush()
 	it, err := cfg.Consumer.Messages()
 	if err != nil {
 		return fmt.Errorf("jetstream: consume: %w", err)
@@ -99,14 +106,32 @@ func Consume(ctx context.Context, cfg ConsumeConfig) error {
 			}
 			return fmt.Errorf("jetstream: consume: %w", err)
 		}
-		handle(ctx, cfg, msg)
+		handle(ctx, cfg, logs, msg)
 	}
 }
 
-func handle(ctx context.Context, cfg ConsumeConfig, msg jetstream.Msg) {
+// consumeLogs sums the lines of Consume that a bad stream repeats for
+// every message: one line of each kind a second.
+type consumeLogs struct{ noID, failed *outboxlog.Sum }
+
+func newConsumeLogs(l *slog.Logger) consumeLogs {
+	return consumeLogs{
+		noID: outboxlog.NewSum(l, slog.LevelError, "jetstream: message without an event id terminated", "messages",
+			outboxlog.SumOptions{}),
+		failed: outboxlog.NewSum(l, slog.LevelWarn, "jetstream: handler failed; redelivery requested", "messages",
+			outboxlog.SumOptions{}),
+	}
+}
+
+func (l consumeLogs) flush() {
+	l.noID.Flush()
+	l.failed.Flush()
+}
+
+func handle(ctx context.Context, cfg ConsumeConfig, logs consumeLogs, msg jetstream.Msg) {
 	id := EventID(msg)
 	if id == "" {
-		cfg.Logger.Error().Str("subject", msg.Subject()).Msg("jetstream: message without an event id terminated")
+		logs.noID.Add(ctx, 1, slog.String("subject", msg.Subject()))
 		_ = msg.Term()
 		return
 	}
@@ -114,7 +139,7 @@ func handle(ctx context.Context, cfg ConsumeConfig, msg jetstream.Msg) {
 		return cfg.Handler(ctx, tx, msg)
 	})
 	if err != nil {
-		cfg.Logger.Warn().Err(err).Str("event_id", id).Msg("jetstream: handler failed; redelivery requested")
+		logs.failed.Add(ctx, 1, slog.String("event_id", id), outboxlog.Err(err))
 		_ = msg.NakWithDelay(cfg.NakDelay)
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -64,6 +65,7 @@ func TestConsumeIntoInbox(t *testing.T) {
 		applied <- id
 		return nil
 	}
+	logs := &lines{}
 	var wg sync.WaitGroup
 	for _, name := range []string{"a", "b"} {
 		cons, err := js.CreateConsumer(ctx, stream, jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy})
@@ -72,7 +74,7 @@ func TestConsumeIntoInbox(t *testing.T) {
 		}
 		wg.Go(func() {
 			if err := outboxjs.Consume(ctx, outboxjs.ConsumeConfig{
-				Consumer: cons, Inbox: ib, Handler: handler, NakDelay: 10 * time.Millisecond,
+				Consumer: cons, Inbox: ib, Handler: handler, NakDelay: 10 * time.Millisecond, Logger: slog.New(logs),
 			}); err != nil {
 				t.Error(err)
 			}
@@ -106,6 +108,40 @@ func TestConsumeIntoInbox(t *testing.T) {
 	if calls.Load() < n+1 {
 		t.Errorf("handler ran %d times; the failure was not redelivered", calls.Load())
 	}
+	// The failure is one line: written when its second was over, or when
+	// Consume returned.
+	want := "WARN jetstream: handler failed; redelivery requested messages=1 event_id=" + ids[7] + " error=first attempt fails"
+	if got := logs.take(); len(got) != 1 || got[0] != want {
+		t.Errorf("logged %q, want [%q]", got, want)
+	}
+}
+
+// lines is a slog.Handler that keeps each record as one line: level,
+// message, then its attributes as key=value.
+type lines struct {
+	mu  sync.Mutex
+	all []string
+}
+
+func (l *lines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *lines) Handle(_ context.Context, r slog.Record) error {
+	line := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		line += " " + a.String()
+		return true
+	})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all = append(l.all, line)
+	return nil
+}
+func (l *lines) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *lines) WithGroup(string) slog.Handler      { return l }
+
+func (l *lines) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.all
 }
 
 func waitAcked(t *testing.T, js jetstream.JetStream, stream, consumer string, n int) {

@@ -4,8 +4,7 @@ go 1.25.0
 
 require (
 	github.com/nats-io/nats.go v1.53.0
-	github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
-	github.com/rs/zerolog v1.35.1
+	github.com/outboxkit/outbox v0.1.0
 )
 
 require (
@@ -19,7 +18,6 @@ require (
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/jmoiron/sqlx v1.4.0 // indirect
 	github.com/klauspost/compress v1.18.5 // indirect
-	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/nats-io/nkeys v0.4.15 // indirect
 	github.com/nats-io/nuid v1.0.1 // indirect
@@ -35,5 +33,3 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.59.0 // indirect
 )
-
-replace github.com/outboxkit/outbox => ../..

@@ -2,18 +2,12 @@ module github.com/outboxkit/outbox/broker/kafka
 
 go 1.25.0
 
-require github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
+require github.com/outboxkit/outbox v0.1.0
 
 require (
 	github.com/klauspost/compress v1.19.2 // indirect
-	github.com/mattn/go-colorable v0.1.14 // indirect
-	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/oklog/ulid/v2 v2.1.2 // indirect
 	github.com/pierrec/lz4/v4 v4.1.26 // indirect
-	github.com/rs/zerolog v1.35.1 // indirect
 	github.com/twmb/franz-go v1.21.7
 	github.com/twmb/franz-go/pkg/kmsg v1.13.1 // indirect
-	golang.org/x/sys v0.47.0 // indirect
 )
-
-replace github.com/outboxkit/outbox => ../..

@@ -6,13 +6,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/broker"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/inbox"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // ConsumeConfig configures Consume.
@@ -29,9 +30,11 @@ type ConsumeConfig struct {
 	// Handler applies one delivery inside the inbox's transaction; its
 	// changes commit with the record of the event id. Required.
 	Handler func(ctx context.Context, tx *sql.Tx, d amqp.Delivery) error
-	// Logger receives handler failures and deliveries without an event id.
-	// Default: the zero (silent) logger.
-	Logger zerolog.Logger
+	// Logger receives handler failures and deliveries without an event id. Nil:
+	// outboxlog.Default(), which sends warnings and errors to slog.Default().
+	// slog.New(slog.DiscardHandler) silences it; a zerolog.Logger zl is wired in
+	// with slog.New(zerolog.NewSlogHandler(zl)).
+	Logger *slog.Logger
 }
 
 func (c ConsumeConfig) validate() error {
@@ -66,13 +69,17 @@ var ErrDeliveriesClosed = errors.New("rabbitmq: deliveries closed")
 // the handler; one whose handler fails is rejected with requeue, so the
 // broker delivers it again; one without an event id can never be
 // deduplicated and is rejected without requeue (logged; a dead-letter
-// exchange on the queue keeps it). Consume returns nil when ctx is done,
+// exchange on the queue keeps it). Repeated lines of one kind within a
+// second are summed into one (outboxlog.Sum), with the event id and error
+// of the first. Consume returns nil when ctx is done,
 // an error wrapping ErrDeliveriesClosed when the channel closes first, or
 // the error that kept it from starting.
 func Consume(ctx context.Context, cfg ConsumeConfig) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
+	logs := newConsumeLogs(cfg.Logger)
+	defer logs.flush()
 	deliveries, err := cfg.Channel.ConsumeWithContext(ctx, cfg.Queue, cfg.ConsumerTag, false, false, false, false, nil)
 	if err != nil {
 		return fmt.Errorf("rabbitmq: consume %s: %w", cfg.Queue, err)
@@ -88,15 +95,33 @@ func Consume(ctx context.Context, cfg ConsumeConfig) error {
 				}
 				return fmt.Errorf("consume %s: %w", cfg.Queue, ErrDeliveriesClosed)
 			}
-			handle(ctx, cfg, d)
+			handle(ctx, cfg, logs, d)
 		}
 	}
 }
 
-func handle(ctx context.Context, cfg ConsumeConfig, d amqp.Delivery) {
+// consumeLogs sums the lines of Consume that a bad queue repeats for
+// every delivery: one line of each kind a second.
+type consumeLogs struct{ noID, failed *outboxlog.Sum }
+
+func newConsumeLogs(l *slog.Logger) consumeLogs {
+	return consumeLogs{
+		noID: outboxlog.NewSum(l, slog.LevelError, "rabbitmq: delivery without an event id rejected", "deliveries",
+			outboxlog.SumOptions{}),
+		failed: outboxlog.NewSum(l, slog.LevelWarn, "rabbitmq: handler failed; delivery requeued", "deliveries",
+			outboxlog.SumOptions{}),
+	}
+}
+
+func (l consumeLogs) flush() {
+	l.noID.Flush()
+	l.failed.Flush()
+}
+
+func handle(ctx context.Context, cfg ConsumeConfig, logs consumeLogs, d amqp.Delivery) {
 	id := EventID(d)
 	if id == "" {
-		cfg.Logger.Error().Str("routing_key", d.RoutingKey).Msg("rabbitmq: delivery without an event id rejected")
+		logs.noID.Add(ctx, 1, slog.String("routing_key", d.RoutingKey))
 		_ = d.Reject(false)
 		return
 	}
@@ -104,7 +129,7 @@ func handle(ctx context.Context, cfg ConsumeConfig, d amqp.Delivery) {
 		return cfg.Handler(ctx, tx, d)
 	})
 	if err != nil {
-		cfg.Logger.Warn().Err(err).Str("event_id", id).Msg("rabbitmq: handler failed; delivery requeued")
+		logs.failed.Add(ctx, 1, slog.String("event_id", id), outboxlog.Err(err))
 		_ = d.Reject(true)
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -61,9 +62,10 @@ func TestConsumeIntoInbox(t *testing.T) {
 		_, err := tx.ExecContext(ctx, `INSERT INTO effects (event_id) VALUES (?)`, id)
 		return err
 	}
+	logs := &lines{}
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		err := rabbitmq.Consume(ctx, rabbitmq.ConsumeConfig{Channel: ch, Queue: queue, Inbox: ib, Handler: func(ctx context.Context, tx *sql.Tx, d amqp.Delivery) error {
+		err := rabbitmq.Consume(ctx, rabbitmq.ConsumeConfig{Channel: ch, Queue: queue, Inbox: ib, Logger: slog.New(logs), Handler: func(ctx context.Context, tx *sql.Tx, d amqp.Delivery) error {
 			defer func() { handled <- struct{}{} }()
 			return handler(ctx, tx, d)
 		}})
@@ -96,6 +98,12 @@ func TestConsumeIntoInbox(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
+	// The failure is one line: written when its second was over, or when
+	// Consume returned.
+	want := "WARN rabbitmq: handler failed; delivery requeued deliveries=1 event_id=" + ids[7] + " error=first attempt fails"
+	if got := logs.take(); len(got) != 1 || got[0] != want {
+		t.Errorf("logged %q, want [%q]", got, want)
+	}
 	var rows, distinct int
 	if err := tg.DB.QueryRow(`SELECT COUNT(*), COUNT(DISTINCT event_id) FROM effects`).Scan(&rows, &distinct); err != nil {
 		t.Fatal(err)
@@ -109,4 +117,32 @@ func TestConsumeValidates(t *testing.T) {
 	if err := rabbitmq.Consume(context.Background(), rabbitmq.ConsumeConfig{}); !errors.Is(err, core.ErrInvalid) {
 		t.Errorf("empty config: %v", err)
 	}
+}
+
+// lines is a slog.Handler that keeps each record as one line: level,
+// message, then its attributes as key=value.
+type lines struct {
+	mu  sync.Mutex
+	all []string
+}
+
+func (l *lines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *lines) Handle(_ context.Context, r slog.Record) error {
+	line := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		line += " " + a.String()
+		return true
+	})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all = append(l.all, line)
+	return nil
+}
+func (l *lines) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *lines) WithGroup(string) slog.Handler      { return l }
+
+func (l *lines) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.all
 }

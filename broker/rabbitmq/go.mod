@@ -2,7 +2,7 @@ module github.com/outboxkit/outbox/broker/rabbitmq
 
 go 1.25.0
 
-require github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
+require github.com/outboxkit/outbox v0.1.0
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
@@ -25,12 +25,8 @@ require (
 )
 
 require (
-	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/oklog/ulid/v2 v2.1.2 // indirect
 	github.com/rabbitmq/amqp091-go v1.16.0
-	github.com/rs/zerolog v1.35.1
 	golang.org/x/sys v0.47.0 // indirect
 )
-
-replace github.com/outboxkit/outbox => ../..

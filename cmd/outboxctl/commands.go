@@ -57,6 +57,15 @@ func (a *app) stats(ctx context.Context, args []string) error {
 	fmt.Fprintf(w, "blocked_keys        %d\n", st.BlockedKeys)
 	fmt.Fprintf(w, "oldest_pending      %s\n", oldest)
 	fmt.Fprintf(w, "oldest_pending_age  %s\n", age)
+	if st.Stream > 0 || st.PositionLag > 0 {
+		streamAge := "-"
+		if st.OldestStreamAge != nil {
+			streamAge = (time.Duration(*st.OldestStreamAge * float64(time.Second))).Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(w, "stream              %d\n", st.Stream)
+		fmt.Fprintf(w, "position_lag        %d\n", st.PositionLag)
+		fmt.Fprintf(w, "oldest_stream_age   %s\n", streamAge)
+	}
 	return nil
 }
 

@@ -59,7 +59,7 @@ func TestMigrate(t *testing.T) {
 			t.Fatal("down without --yes dropped the table")
 		}
 		run("migrate", "down", "--to", "0", "--dry-run").want(t, exitOK)
-		mustContain(t, run("migrate", "down", "--to", "0", "--yes").want(t, exitOK).stdout, "reverted 0002_ordering", "reverted 0001_create_table")
+		mustContain(t, run("migrate", "down", "--to", "0", "--yes").want(t, exitOK).stdout, "reverted 0003_position", "reverted 0002_ordering", "reverted 0001_create_table")
 		if tableExists(t, tg, table) {
 			t.Fatal("down --to 0 --yes left the table")
 		}
@@ -89,8 +89,9 @@ func TestMigrateFiles(t *testing.T) {
 		format string
 		files  []string
 	}{
-		{"goose", []string{"0001_create_table.sql", "0002_ordering.sql"}},
-		{"golang-migrate", []string{"0001_create_table.down.sql", "0001_create_table.up.sql", "0002_ordering.down.sql", "0002_ordering.up.sql"}},
+		{"goose", []string{"0001_create_table.sql", "0002_ordering.sql", "0003_position.sql"}},
+		{"golang-migrate", []string{"0001_create_table.down.sql", "0001_create_table.up.sql", "0002_ordering.down.sql", "0002_ordering.up.sql",
+			"0003_position.down.sql", "0003_position.up.sql"}},
 	} {
 		dir := filepath.Join(t.TempDir(), "outbox")
 		cli(t, nil, "--table", "orders_outbox", "migrate", "files", "--format", tc.format, "--out", dir, "postgres").want(t, exitOK)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"time"
@@ -49,7 +50,7 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	}
 	defer s.Close()
 	c, err := console.New(console.Config{DB: s.db, Store: s.store, AllowWrites: *writes, ShowPayloads: *payloads,
-		Now: a.now, Logger: zerolog.New(a.stderr).With().Timestamp().Logger()})
+		Now: a.now, Logger: slog.New(zerolog.NewSlogHandler(zerolog.New(a.stderr).With().Timestamp().Logger()))})
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,11 @@ type stats struct {
 	BlockedKeys   int64      `json:"blocked_keys"`
 	OldestPending *time.Time `json:"oldest_pending_created_at"`
 	OldestAge     *float64   `json:"oldest_pending_age_seconds"`
+	// Position delivery: STREAM rows above the persisted floor, the
+	// largest position minus the floor, the age of the oldest such row.
+	Stream          int64    `json:"stream"`
+	PositionLag     int64    `json:"position_lag"`
+	OldestStreamAge *float64 `json:"oldest_stream_age_seconds"`
 }
 
 // readStats asks the store for its counts (core.Inspector).
@@ -26,7 +31,11 @@ func readStats(ctx context.Context, s *session, now time.Time) (stats, error) {
 		return stats{}, err
 	}
 	out := stats{Table: s.store.Table(), Pending: st.New, Retrying: st.Retry, Leased: st.Leased, Dead: st.Dead, Done: st.Done,
-		Waiting: st.Waiting, BlockedKeys: st.BlockedKeys}
+		Waiting: st.Waiting, BlockedKeys: st.BlockedKeys, Stream: st.Stream, PositionLag: st.PositionLag}
+	if !st.OldestStream.IsZero() {
+		age := max(now.Sub(st.OldestStream), 0).Seconds()
+		out.OldestStreamAge = &age
+	}
 	if !st.OldestPending.IsZero() {
 		oldest := st.OldestPending
 		age := max(now.Sub(oldest), 0).Seconds()

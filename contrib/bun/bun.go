@@ -32,12 +32,10 @@ import (
 	"database/sql"
 	"log/slog"
 
-	"github.com/rs/zerolog"
 	"github.com/uptrace/bun"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/logging"
-	"github.com/outboxkit/outbox/internal/txrun"
+	"github.com/outboxkit/outbox/ormtx"
 )
 
 // Config configures a Manager. The zero value is valid.
@@ -47,14 +45,11 @@ type Config struct {
 	// defaults).
 	TxOptions *sql.TxOptions
 	// Logger receives panics recovered from after-commit and after-rollback
-	// callbacks, and callbacks registered on an ended transaction. Default:
-	// see Slog.
-	Logger zerolog.Logger
-	// Slog, when not nil, receives those logs instead of Logger. With
-	// neither set, warnings and errors go to slog.Default() (stderr unless
-	// the program changed it); set Logger to zerolog.Nop() or Slog to a
-	// discarding logger to silence them.
-	Slog *slog.Logger
+	// callbacks, and callbacks registered on an ended transaction. Nil:
+	// outboxlog.Default(), which sends warnings and errors to slog.Default().
+	// slog.New(slog.DiscardHandler) silences it; a zerolog.Logger zl is wired in
+	// with slog.New(zerolog.NewSlogHandler(zl)).
+	Logger *slog.Logger
 }
 
 // Manager begins Bun transactions that carry outbox events. It is safe for
@@ -62,7 +57,7 @@ type Config struct {
 type Manager struct {
 	db   *bun.DB
 	opts *sql.TxOptions
-	log  zerolog.Logger
+	log  *slog.Logger // nil: outboxlog.Default()
 }
 
 // New returns a Manager that begins its transactions on db. It returns an
@@ -71,7 +66,7 @@ func New(db *bun.DB, cfg Config) (*Manager, error) {
 	if db == nil {
 		return nil, core.Invalid("bun db", "is nil")
 	}
-	m := &Manager{db: db, log: logging.Resolve(cfg.Logger, cfg.Slog)}
+	m := &Manager{db: db, log: cfg.Logger}
 	if cfg.TxOptions != nil {
 		opts := *cfg.TxOptions
 		m.opts = &opts
@@ -97,24 +92,24 @@ func (m *Manager) Do(ctx context.Context, fn func(ctx context.Context, tx bun.Tx
 	if fn == nil {
 		return core.Invalid("transaction function", "is nil")
 	}
-	return txrun.Do(ctx, m.db, m.begin, func(ctx context.Context, t *txrun.Tx) error {
+	return ormtx.Do(ctx, m.db, m.begin, func(ctx context.Context, t *ormtx.Tx) error {
 		return fn(ctx, t.ORM().(bun.Tx))
 	})
 }
 
-func (m *Manager) begin(ctx context.Context) (txrun.Begun, error) {
+func (m *Manager) begin(ctx context.Context) (ormtx.Begun, error) {
 	tx, err := m.db.BeginTx(ctx, m.opts)
 	if err != nil {
-		return txrun.Begun{}, err
+		return ormtx.Begun{}, err
 	}
 	// The outbox's statements go to the *sql.Tx under Bun's, as written;
 	// Bun's Commit and Rollback end it, so that its query hooks see them.
-	return txrun.Begun{End: tx, Exec: tx.Tx, ORM: tx, Key: m.db, Log: m.log}, nil
+	return ormtx.Begun{End: tx, Exec: tx.Tx, ORM: tx, Key: m.db, Logger: m.log}, nil
 }
 
 // From returns the Bun transaction ctx carries if a Manager's Do began it.
 func From(ctx context.Context) (bun.Tx, bool) {
-	t, ok := txrun.From(ctx)
+	t, ok := ormtx.From(ctx)
 	if !ok {
 		return bun.Tx{}, false
 	}

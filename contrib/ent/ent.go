@@ -33,24 +33,19 @@ import (
 
 	"entgo.io/ent/dialect"
 	entsql "entgo.io/ent/dialect/sql"
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/logging"
-	"github.com/outboxkit/outbox/internal/txrun"
+	"github.com/outboxkit/outbox/ormtx"
 )
 
 // Config configures a Driver. The zero value is valid.
 type Config struct {
 	// Logger receives panics recovered from after-commit and after-rollback
-	// callbacks of the transactions begun on the Driver, and callbacks
-	// registered on an ended transaction. Default: see Slog.
-	Logger zerolog.Logger
-	// Slog, when not nil, receives those logs instead of Logger. With
-	// neither set, warnings and errors go to slog.Default() (stderr unless
-	// the program changed it); set Logger to zerolog.Nop() or Slog to a
-	// discarding logger to silence them.
-	Slog *slog.Logger
+	// callbacks of the transactions begun on the Driver, and callbacks registered
+	// on an ended transaction. Nil: outboxlog.Default(), which sends warnings and
+	// errors to slog.Default(). slog.New(slog.DiscardHandler) silences it; a
+	// zerolog.Logger zl is wired in with slog.New(zerolog.NewSlogHandler(zl)).
+	Logger *slog.Logger
 }
 
 // Driver is an ent SQL driver whose transactions Do can carry outbox events
@@ -58,7 +53,7 @@ type Config struct {
 // (ent.NewClient(ent.Driver(drv))).
 type Driver struct {
 	*entsql.Driver
-	log zerolog.Logger
+	log *slog.Logger // nil: outboxlog.Default()
 }
 
 var _ dialect.Driver = (*Driver)(nil)
@@ -69,7 +64,7 @@ func NewDriver(drv *entsql.Driver, cfg Config) (*Driver, error) {
 	if drv == nil {
 		return nil, core.Invalid("ent driver", "is nil")
 	}
-	return &Driver{Driver: drv, log: logging.Resolve(cfg.Logger, cfg.Slog)}, nil
+	return &Driver{Driver: drv, log: cfg.Logger}, nil
 }
 
 // Tx begins a transaction, as the wrapped driver does.
@@ -125,21 +120,21 @@ func Do[T Committer](ctx context.Context, begin func(ctx context.Context) (T, er
 	if fn == nil {
 		return core.Invalid("transaction function", "is nil")
 	}
-	return txrun.Do(ctx, nil, func(ctx context.Context) (txrun.Begun, error) {
+	return ormtx.Do(ctx, nil, func(ctx context.Context) (ormtx.Begun, error) {
 		s := &slot{}
 		tx, err := begin(context.WithValue(ctx, slotKey{}, s))
 		if err != nil {
-			return txrun.Begun{}, err
+			return ormtx.Begun{}, err
 		}
 		sqlTx, ok := sqlTxOf(s.tx)
 		if !ok {
 			_ = tx.Rollback()
-			return txrun.Begun{}, core.Invalid("ent client",
+			return ormtx.Begun{}, core.Invalid("ent client",
 				"does not run on an outboxent.Driver, so the outbox cannot write in its transactions: "+
 					"build it with ent.NewClient(ent.Driver(drv)), drv from outboxent.NewDriver")
 		}
-		return txrun.Begun{End: tx, Exec: sqlTx, ORM: tx, Log: s.drv.log}, nil
-	}, func(ctx context.Context, t *txrun.Tx) error {
+		return ormtx.Begun{End: tx, Exec: sqlTx, ORM: tx, Logger: s.drv.log}, nil
+	}, func(ctx context.Context, t *ormtx.Tx) error {
 		return fn(ctx, t.ORM().(T))
 	})
 }
@@ -158,7 +153,7 @@ func sqlTxOf(tx dialect.Tx) (*sql.Tx, bool) {
 // client.
 func From[T Committer](ctx context.Context) (T, bool) {
 	var zero T
-	t, ok := txrun.From(ctx)
+	t, ok := ormtx.From(ctx)
 	if !ok {
 		return zero, false
 	}

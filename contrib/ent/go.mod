@@ -3,8 +3,7 @@ module github.com/outboxkit/outbox/contrib/ent
 go 1.25.0
 
 require (
-	github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
-	github.com/rs/zerolog v1.35.1
+	github.com/outboxkit/outbox v0.1.0
 	go.uber.org/goleak v1.3.0
 )
 
@@ -36,7 +35,6 @@ require (
 	github.com/google/go-cmp v0.6.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/hashicorp/hcl/v2 v2.18.1 // indirect
-	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/mitchellh/go-wordwrap v1.0.1 // indirect
 	github.com/oklog/ulid/v2 v2.1.2 // indirect
@@ -47,5 +45,3 @@ require (
 	golang.org/x/sys v0.47.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
-
-replace github.com/outboxkit/outbox => ../..

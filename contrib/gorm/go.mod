@@ -3,8 +3,7 @@ module github.com/outboxkit/outbox/contrib/gorm
 go 1.25.0
 
 require (
-	github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
-	github.com/rs/zerolog v1.35.1
+	github.com/outboxkit/outbox v0.1.0
 	go.uber.org/goleak v1.3.0
 	gorm.io/driver/mysql v1.6.0
 	gorm.io/driver/postgres v1.6.3
@@ -24,7 +23,6 @@ require (
 	github.com/jinzhu/inflection v1.0.0 // indirect
 	github.com/jinzhu/now v1.1.5 // indirect
 	github.com/jmoiron/sqlx v1.4.0 // indirect
-	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/mattn/go-sqlite3 v1.14.22 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
@@ -38,5 +36,3 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.59.0 // indirect
 )
-
-replace github.com/outboxkit/outbox => ../..

@@ -38,7 +38,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/rs/zerolog"
 	"gorm.io/gorm"
 
 	"github.com/outboxkit/outbox/core"
@@ -52,14 +51,11 @@ type Config struct {
 	// defaults).
 	TxOptions *sql.TxOptions
 	// Logger receives panics recovered from after-commit and after-rollback
-	// callbacks, and callbacks registered on an ended transaction. Default:
-	// see Slog.
-	Logger zerolog.Logger
-	// Slog, when not nil, receives those logs instead of Logger. With
-	// neither set, warnings and errors go to slog.Default() (stderr unless
-	// the program changed it); set Logger to zerolog.Nop() or Slog to a
-	// discarding logger to silence them.
-	Slog *slog.Logger
+	// callbacks, and callbacks registered on an ended transaction. Nil:
+	// outboxlog.Default(), which sends warnings and errors to slog.Default().
+	// slog.New(slog.DiscardHandler) silences it; a zerolog.Logger zl is wired in
+	// with slog.New(zerolog.NewSlogHandler(zl)).
+	Logger *slog.Logger
 }
 
 // Manager begins GORM transactions that carry outbox events. It is safe for
@@ -83,7 +79,7 @@ func New(db *gorm.DB, cfg Config) (*Manager, error) {
 	if isTx(db) {
 		return nil, core.Invalid("gorm db", "is a transaction; pass the *gorm.DB of gorm.Open")
 	}
-	txm, err := txctx.New(sqlDB, txctx.Config{TxOptions: cfg.TxOptions, Logger: cfg.Logger, Slog: cfg.Slog})
+	txm, err := txctx.New(sqlDB, txctx.Config{TxOptions: cfg.TxOptions, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -3,13 +3,12 @@ package outboxgorm
 import (
 	"context"
 	"database/sql"
+	"log/slog"
 
-	"github.com/rs/zerolog"
 	"gorm.io/gorm"
 
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/logging"
-	"github.com/outboxkit/outbox/internal/txrun"
+	"github.com/outboxkit/outbox/ormtx"
 )
 
 // Pool returns db as the connection pool of a GORM dialector (the Conn of
@@ -31,16 +30,16 @@ import (
 //		return err
 //	})
 //
-// cfg.Logger (or cfg.Slog) receives panics of the callbacks; cfg.TxOptions is not used
+// cfg.Logger receives panics of the callbacks; cfg.TxOptions is not used
 // (GORM passes its own). gormDB.DB() still returns db.
 func Pool(db *sql.DB, cfg Config) gorm.ConnPool {
-	return &pool{DB: db, log: logging.Resolve(cfg.Logger, cfg.Slog)}
+	return &pool{DB: db, log: cfg.Logger}
 }
 
 // pool is a *sql.DB whose BeginTx returns transactions with callbacks.
 type pool struct {
 	*sql.DB
-	log zerolog.Logger
+	log *slog.Logger // nil: outboxlog.Default()
 }
 
 var (
@@ -57,7 +56,7 @@ func (p *pool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnPool,
 	if err != nil {
 		return nil, err
 	}
-	return &poolTx{Tx: tx, cb: txrun.NewTx(tx, nil, p.log), ctx: context.WithoutCancel(ctx)}, nil
+	return &poolTx{Tx: tx, cb: ormtx.NewTx(tx, nil, p.log), ctx: context.WithoutCancel(ctx)}, nil
 }
 
 // GetDBConn returns the *sql.DB, for gorm.DB.DB.
@@ -67,7 +66,7 @@ func (p *pool) GetDBConn() (*sql.DB, error) { return p.DB, nil }
 // statements and a core.Tx for the Writer's.
 type poolTx struct {
 	*sql.Tx
-	cb  *txrun.Tx
+	cb  *ormtx.Tx
 	ctx context.Context // BeginTx's, without its cancellation: the callbacks'
 }
 

@@ -23,14 +23,14 @@ package active
 import (
 	"cmp"
 	"context"
+	"log/slog"
 	"sync/atomic"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/lifecycle"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // DefaultInterval is how often a standby tries the lock and the active
@@ -55,8 +55,8 @@ type Config struct {
 	// the poller, and each time it stands by again (false). Optional.
 	OnChange func(active bool)
 	// Logger receives a line when this instance becomes active or stands
-	// by. Default: the zero (silent) logger.
-	Logger zerolog.Logger
+	// by. Default: outboxlog.Default().
+	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -75,7 +75,7 @@ func (c Config) withDefaults() (Config, error) {
 // Its lifecycle is New, Start, Close.
 type Gate struct {
 	cfg    Config
-	log    zerolog.Logger
+	log    *slog.Logger
 	loop   lifecycle.Loop
 	active atomic.Bool
 }
@@ -87,7 +87,7 @@ func New(cfg Config) (*Gate, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Gate{cfg: cfg, log: cfg.Logger.With().Str("component", "outbox.active").Logger()}, nil
+	return &Gate{cfg: cfg, log: outboxlog.Or(cfg.Logger).With("component", "outbox.active")}, nil
 }
 
 // Start launches the election loop and returns at once; its first try of
@@ -139,7 +139,7 @@ func (g *Gate) run(ctx context.Context, stop <-chan struct{}) {
 		if held != nil {
 			g.setActive(false)
 			if err := held.Unlock(ctx); err != nil {
-				g.log.Warn().Err(err).Msg("outbox relay: releasing the relay lock failed; its session was closed instead")
+				g.log.LogAttrs(ctx, slog.LevelWarn, "outbox relay: releasing the relay lock failed; its session was closed instead", outboxlog.Err(err))
 			}
 		}
 	}()
@@ -185,14 +185,14 @@ func (g *Gate) try(ctx context.Context) core.Lock {
 	defer cancel()
 	l, ok, err := g.cfg.Locker.TryLock(tctx, g.cfg.DB, LockName)
 	if err != nil {
-		g.log.Debug().Err(err).Msg("outbox relay: trying the relay lock failed; standing by")
+		g.log.LogAttrs(ctx, slog.LevelDebug, "outbox relay: trying the relay lock failed; standing by", outboxlog.Err(err))
 		return nil
 	}
 	if !ok {
 		return nil
 	}
 	g.setActive(true)
-	g.log.Info().Msg("outbox relay: this instance is now the active one")
+	g.log.LogAttrs(ctx, slog.LevelInfo, "outbox relay: this instance is now the active one")
 	return l
 }
 
@@ -207,7 +207,7 @@ func (g *Gate) check(ctx context.Context, l core.Lock) bool {
 		return true
 	}
 	g.setActive(false)
-	g.log.Warn().Err(err).Msg("outbox relay: the relay lock is lost; standing by")
+	g.log.LogAttrs(ctx, slog.LevelWarn, "outbox relay: the relay lock is lost; standing by", outboxlog.Err(err))
 	_ = l.Unlock(ctx)
 	return false
 }

@@ -7,10 +7,7 @@ package config
 import (
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/logging"
 )
 
 // Validator records the first rule of a Config that does not hold. Rules are
@@ -57,9 +54,6 @@ func NonNegative[T int | time.Duration](v *Validator, field string, x T) {
 func Owner(v *Validator, owner string) {
 	v.Check(len(owner) <= core.MaxOwnerLen, "Owner is %d bytes, more than %d", len(owner), core.MaxOwnerLen)
 }
-
-// HasWriter reports whether l writes anywhere: see logging.HasWriter.
-func HasWriter(l zerolog.Logger) bool { return logging.HasWriter(l) }
 
 // Clock returns now, or time.Now when now is nil: the default of every
 // Config's Now field.

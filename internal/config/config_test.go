@@ -1,13 +1,10 @@
 package config_test
 
 import (
-	"bytes"
 	"errors"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/config"
@@ -57,32 +54,6 @@ func TestValidatorRules(t *testing.T) {
 		case tt.want != "" && (err == nil || !strings.HasSuffix(err.Error(), ": "+tt.want)):
 			t.Errorf("%s: %v, want one ending in %q", tt.name, err, tt.want)
 		}
-	}
-}
-
-func TestHasWriter(t *testing.T) {
-	// Not parallel: it reads zerolog's global settings, which other tests of
-	// this package do not change.
-	var buf bytes.Buffer
-	for _, tt := range []struct {
-		name string
-		l    zerolog.Logger
-		want bool
-	}{
-		{"zero", zerolog.Logger{}, false},
-		{"zero with context", zerolog.Logger{}.With().Str("k", "v").Logger(), false},
-		{"new", zerolog.New(&buf), true},
-		{"nop", zerolog.Nop(), true},
-		{"error level", zerolog.New(&buf).Level(zerolog.ErrorLevel), true},
-		{"disabled level", zerolog.New(&buf).Level(zerolog.Disabled), true},
-		{"sampled", zerolog.New(&buf).Sample(&zerolog.BasicSampler{N: 1000}), true},
-	} {
-		if got := config.HasWriter(tt.l); got != tt.want {
-			t.Errorf("%s: HasWriter = %v, want %v", tt.name, got, tt.want)
-		}
-	}
-	if buf.Len() != 0 {
-		t.Errorf("HasWriter wrote %q", buf.String())
 	}
 }
 

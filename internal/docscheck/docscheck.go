@@ -446,7 +446,7 @@ func Build(ctx context.Context, workRoot, tmp string, progs []Program) ([]Proble
 	if len(progs) == 0 {
 		return nil, nil
 	}
-	goVersion, uses, err := workspace(ctx, workRoot)
+	goVersion, uses, replaces, err := workspace(ctx, workRoot)
 	if err != nil {
 		return nil, err
 	}
@@ -473,6 +473,11 @@ func Build(ctx context.Context, workRoot, tmp string, progs []Program) ([]Proble
 		fmt.Fprintf(&work, "\t%s\n", strconv.Quote(dirs[i]))
 	}
 	work.WriteString(")\n")
+	// go.work's replaces give the go command the go.mod of the versions the
+	// modules require of each other, untagged yet.
+	for _, r := range replaces {
+		fmt.Fprintf(&work, "\nreplace %s\n", r)
+	}
 	workFile := filepath.Join(tmp, "go.work")
 	if err := os.WriteFile(workFile, work.Bytes(), 0o644); err != nil {
 		return nil, err
@@ -512,30 +517,45 @@ func keys(m map[string]string) []string {
 	return k
 }
 
-// workspace returns the Go version and the absolute module directories of
-// root's go.work.
-func workspace(ctx context.Context, root string) (string, []string, error) {
+// workspace returns the Go version, the absolute module directories and the
+// replace directives (as "path version => dir", dir absolute) of root's
+// go.work.
+func workspace(ctx context.Context, root string) (string, []string, []string, error) {
 	cmd := exec.CommandContext(ctx, "go", "work", "edit", "-json", filepath.Join(root, "go.work"))
 	b, err := cmd.Output()
 	if err != nil {
-		return "", nil, fmt.Errorf("read %s/go.work: %w", root, err)
+		return "", nil, nil, fmt.Errorf("read %s/go.work: %w", root, err)
 	}
+	type modVersion struct{ Path, Version string }
 	var w struct {
-		Go  string
-		Use []struct{ DiskPath string }
+		Go      string
+		Use     []struct{ DiskPath string }
+		Replace []struct{ Old, New modVersion }
 	}
 	if err := json.Unmarshal(b, &w); err != nil {
-		return "", nil, fmt.Errorf("read %s/go.work: %w", root, err)
+		return "", nil, nil, fmt.Errorf("read %s/go.work: %w", root, err)
 	}
 	abs, err := filepath.Abs(root)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
-	var uses []string
+	var uses, replaces []string
 	for _, u := range w.Use {
 		uses = append(uses, filepath.Join(abs, u.DiskPath))
 	}
-	return w.Go, uses, nil
+	for _, r := range w.Replace {
+		old := strings.TrimSpace(r.Old.Path + " " + r.Old.Version)
+		if r.New.Version != "" { // a module, not a directory
+			replaces = append(replaces, old+" => "+r.New.Path+" "+r.New.Version)
+			continue
+		}
+		dir := r.New.Path
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(abs, dir)
+		}
+		replaces = append(replaces, old+" => "+strconv.Quote(dir))
+	}
+	return w.Go, uses, replaces, nil
 }
 
 // configTypes are the struct types, besides those named Config or ending in

@@ -13,12 +13,12 @@ package lease
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/outboxkit/outbox/internal/config"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 const (
@@ -51,8 +51,8 @@ type Policy struct {
 	Released func()
 	// Now is the clock GiveUpAfter is measured on. Default time.Now.
 	Now func() time.Time
-	// Logger receives a warning when ids are dropped.
-	Logger zerolog.Logger
+	// Logger receives a warning when ids are dropped. Nil: outboxlog.Default().
+	Logger *slog.Logger
 	// Who names the caller in log messages, e.g. "outbox poller".
 	Who string
 }
@@ -75,6 +75,7 @@ type Lease struct{ ID, Owner string }
 // New returns an empty Releaser with policy p.
 func New(p Policy) *Releaser {
 	p.Now = config.Clock(p.Now)
+	p.Logger = outboxlog.Or(p.Logger)
 	return &Releaser{p: p, kick: make(chan struct{}, 1), index: make(map[string]struct{})}
 }
 
@@ -100,8 +101,8 @@ func (r *Releaser) Keep(owner string, ids []string, leasedAt time.Time) {
 	}
 	r.mu.Unlock()
 	if dropped > 0 {
-		r.p.Logger.Warn().Int("events", dropped).
-			Msg(r.p.Who + " keeps too many unreleased leases; these wait for their lease to expire")
+		r.p.Logger.LogAttrs(context.Background(), slog.LevelWarn,
+			r.p.Who+" keeps too many unreleased leases; these wait for their lease to expire", slog.Int("events", dropped))
 	}
 	select {
 	case r.kick <- struct{}{}:
@@ -136,8 +137,8 @@ func (r *Releaser) Retry(ctx context.Context) error {
 		return nil
 	}
 	if r.p.GiveUpAfter > 0 && r.p.Now().Sub(since) >= r.p.GiveUpAfter {
-		r.p.Logger.Warn().Int("events", len(ks)).Str("first_event_id", ks[0].ID).
-			Msg(r.p.Who + " gave up releasing leases; they wait for their lease to expire")
+		r.p.Logger.LogAttrs(ctx, slog.LevelWarn, r.p.Who+" gave up releasing leases; they wait for their lease to expire",
+			slog.Int("events", len(ks)), slog.String("first_event_id", ks[0].ID))
 		return nil
 	}
 	var (

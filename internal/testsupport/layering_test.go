@@ -36,10 +36,16 @@ type layer struct {
 
 var layers = []layer{
 	{
-		rule:     "core is the vocabulary: it imports no store, no driver, no dispatcher; nothing of the module but its internal packages",
+		rule: "core is the vocabulary: it imports no store, no driver, no dispatcher; nothing of the module but its internal " +
+			"packages and outboxlog",
 		subjects: []string{"~/core"},
 		forbid:   append([]string{"~/..."}, drivers...),
-		allow:    []string{"~/internal/..."},
+		allow:    []string{"~/internal/...", "~/outboxlog"},
+	},
+	{
+		rule:     "outboxlog, the logging vocabulary every package and nested module shares, imports nothing of the module",
+		subjects: []string{"~/outboxlog"},
+		forbid:   []string{"~/..."},
 	},
 	{
 		rule:     "dispatch, poller, purge, dead and console import no store and no driver",
@@ -53,7 +59,15 @@ var layers = []layer{
 		rule:     "the shared store base, its schema check and the migrations import core, and no store, dialect or driver",
 		subjects: []string{"~/store/internal/sqlstore/...", "~/store/internal/schemacheck", "~/store/migrations"},
 		forbid:   append([]string{"~/..."}, drivers...),
-		allow:    []string{"~/core", "~/internal/...", "~/store/internal/sqlstore/...", "~/store/migrations"},
+		allow:    []string{"~/core", "~/internal/...", "~/outboxlog", "~/store/internal/sqlstore/...", "~/store/migrations"},
+	},
+	{
+		// A program that only publishes to (or consumes from) a broker
+		// compiles that broker's client and no database driver: the inbox
+		// tells the database from the driver's type name (internal/dbkind).
+		rule:     "the inbox and the broker modules import no database driver",
+		subjects: []string{"~/inbox", "~/internal/dbkind", "~/broker/..."},
+		forbid:   drivers,
 	},
 	{
 		rule:     "no library package imports the test support, which imports the dispatcher, the poller and every dialect",
@@ -71,7 +85,7 @@ func store(name, driver string) layer {
 		rule:     "store/" + name + " imports core and its own driver, and no other store, driver or component",
 		subjects: []string{"~/store/" + name},
 		forbid:   append([]string{"~/..."}, drivers...),
-		allow: []string{"~/core", "~/internal/...", "~/store/internal/sqlstore/...", "~/store/internal/schemacheck",
+		allow: []string{"~/core", "~/internal/...", "~/outboxlog", "~/store/internal/sqlstore/...", "~/store/internal/schemacheck",
 			"~/store/migrations", driver},
 	}
 }

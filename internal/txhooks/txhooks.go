@@ -8,10 +8,11 @@ package txhooks
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime/debug"
 	"sync"
 
-	"github.com/rs/zerolog"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // State is where a transaction is in its life.
@@ -35,11 +36,12 @@ func (s State) String() string {
 }
 
 // Hooks is the callback set of one transaction. Its zero value is an active
-// transaction with no callbacks and a silent logger; it is safe for
-// concurrent use.
+// transaction with no callbacks that logs to outboxlog.Default(); it is
+// safe for concurrent use.
 type Hooks struct {
 	// Log receives late registrations (warn) and callback panics (error).
-	Log zerolog.Logger
+	// Nil: outboxlog.Default().
+	Log *slog.Logger
 	// Prefix starts each log message, e.g. "txctx".
 	Prefix string
 
@@ -81,8 +83,9 @@ func (h *Hooks) register(method string, list *[]func(context.Context), buf []fun
 	}
 	h.mu.Unlock()
 	if state != Active {
-		h.Log.Warn().Str("method", method).Str("state", state.String()).
-			Msg(h.Prefix + ": callback registered on an ended transaction is dropped")
+		outboxlog.Or(h.Log).LogAttrs(context.Background(), slog.LevelWarn,
+			h.Prefix+": callback registered on an ended transaction is dropped",
+			slog.String("method", method), slog.String("state", state.String()))
 	}
 }
 
@@ -125,9 +128,9 @@ func (h *Hooks) Finish(ctx context.Context, committed bool) {
 func (h *Hooks) call(ctx context.Context, stage string, i int, fn func(context.Context)) {
 	defer func() {
 		if r := recover(); r != nil {
-			h.Log.Error().Str("stage", stage).Int("callback", i).
-				Err(fmt.Errorf("panic: %v", r)).Str("stack", string(debug.Stack())).
-				Msg(h.Prefix + ": transaction callback panicked")
+			outboxlog.Or(h.Log).LogAttrs(ctx, slog.LevelError, h.Prefix+": transaction callback panicked",
+				slog.String("stage", stage), slog.Int("callback", i),
+				outboxlog.Err(fmt.Errorf("panic: %v", r)), slog.String("stack", string(debug.Stack())))
 		}
 	}()
 	fn(ctx)

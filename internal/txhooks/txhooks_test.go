@@ -2,17 +2,16 @@ package txhooks
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/rs/zerolog"
 )
 
 func TestFinishRunsTheOutcomesCallbacksOnceInOrder(t *testing.T) {
 	for _, committed := range []bool{true, false} {
 		var logs strings.Builder
-		h := Hooks{Log: zerolog.New(&logs), Prefix: "test"}
+		h := Hooks{Log: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), Prefix: "test"}
 		var ran []string
 		h.AfterCommit(func(context.Context) { ran = append(ran, "commit-1") })
 		h.AfterRollback(func(context.Context) { ran = append(ran, "rollback-1") })

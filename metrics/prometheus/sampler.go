@@ -8,12 +8,11 @@ import (
 	"time"
 
 	prom "github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/config"
 	"github.com/outboxkit/outbox/internal/lifecycle"
-	"github.com/outboxkit/outbox/internal/logging"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
 // Defaults applied by NewSampler to zero SamplerConfig fields.
@@ -38,14 +37,11 @@ type SamplerConfig struct {
 	Interval time.Duration
 	// QueryTimeout bounds one sample (a few short queries). Default 10 s.
 	QueryTimeout time.Duration
-	// Logger receives failed background samples at warn level. Default: see
-	// Slog.
-	Logger zerolog.Logger
-	// Slog, when not nil, receives the sampler's logs instead of Logger.
-	// With neither set, warnings and errors go to slog.Default() (stderr
-	// unless the program changed it); set Logger to zerolog.Nop() or Slog
-	// to slog.New(slog.DiscardHandler) to silence them.
-	Slog *slog.Logger
+	// Logger receives failed background samples at warn level. Nil:
+	// outboxlog.Default(), which sends warnings and errors to slog.Default().
+	// slog.New(slog.DiscardHandler) silences it; a zerolog.Logger zl is wired in
+	// with slog.New(zerolog.NewSlogHandler(zl)).
+	Logger *slog.Logger
 	// Now returns the current time, for the oldest pending age. Default:
 	// time.Now.
 	Now func() time.Time
@@ -80,11 +76,12 @@ func (c SamplerConfig) withDefaults() (SamplerConfig, error) {
 // It is safe for concurrent use.
 type Sampler struct {
 	cfg  SamplerConfig
-	log  zerolog.Logger
+	log  *slog.Logger
 	loop lifecycle.Loop
 
 	pending, retrying, dead, oldestAge, lastSample prom.Gauge
 	waiting, blockedKeys                           prom.Gauge
+	stream, positionLag, oldestStreamAge           prom.Gauge
 	errors                                         prom.Counter
 
 	afterSample func(error) // set by tests
@@ -102,7 +99,7 @@ func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 	m := cfg.Metrics
 	s := &Sampler{
 		cfg:       cfg,
-		log:       logging.Resolve(cfg.Logger, cfg.Slog).With().Str("component", "outbox.sampler").Logger(),
+		log:       outboxlog.Or(cfg.Logger).With("component", "outbox.sampler"),
 		pending:   prom.NewGauge(m.gaugeOpts("pending_events", "NEW rows in the outbox table, as last sampled.")),
 		retrying:  prom.NewGauge(m.gaugeOpts("retrying_events", "RETRY rows in the outbox table, as last sampled.")),
 		dead:      prom.NewGauge(m.gaugeOpts("dead_events", "DEAD rows in the outbox table, as last sampled.")),
@@ -114,8 +111,15 @@ func NewSampler(cfg SamplerConfig) (*Sampler, error) {
 			"Ordered events waiting for an earlier event of their key, as last sampled.")),
 		blockedKeys: prom.NewGauge(m.gaugeOpts("blocked_keys",
 			"Keys of ordered aggregate types held up by a DEAD head event, as last sampled.")),
+		stream: prom.NewGauge(m.gaugeOpts("stream_events",
+			"Position delivery: STREAM rows above the persisted floor, as last sampled.")),
+		positionLag: prom.NewGauge(m.gaugeOpts("position_lag",
+			"Position delivery: the largest position minus the persisted floor, as last sampled.")),
+		oldestStreamAge: prom.NewGauge(m.gaugeOpts("oldest_stream_age_seconds",
+			"Position delivery: age of the oldest STREAM row above the persisted floor (0 when there is none), as last sampled.")),
 	}
-	if err := register(m.Registerer, s.pending, s.retrying, s.dead, s.oldestAge, s.lastSample, s.errors, s.waiting, s.blockedKeys); err != nil {
+	if err := register(m.Registerer, s.pending, s.retrying, s.dead, s.oldestAge, s.lastSample, s.errors, s.waiting, s.blockedKeys,
+		s.stream, s.positionLag, s.oldestStreamAge); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -149,6 +153,13 @@ func (s *Sampler) sample(ctx context.Context) error {
 	s.dead.Set(float64(st.Dead))
 	s.waiting.Set(float64(st.Waiting))
 	s.blockedKeys.Set(float64(st.BlockedKeys))
+	s.stream.Set(float64(st.Stream))
+	s.positionLag.Set(float64(st.PositionLag))
+	streamAge := 0.0
+	if !st.OldestStream.IsZero() {
+		streamAge = max(now.Sub(st.OldestStream).Seconds(), 0)
+	}
+	s.oldestStreamAge.Set(streamAge)
 	s.oldestAge.Set(age)
 	s.lastSample.Set(float64(now.UnixNano()) / 1e9)
 	return nil
@@ -179,7 +190,7 @@ func (s *Sampler) run(ctx context.Context, stop <-chan struct{}) {
 		}
 		err := s.sample(ctx)
 		if err != nil && ctx.Err() == nil {
-			s.log.Warn().Err(err).Msg("outbox sample failed")
+			s.log.LogAttrs(ctx, slog.LevelWarn, "outbox sample failed", outboxlog.Err(err))
 		}
 		if s.afterSample != nil {
 			s.afterSample(err)

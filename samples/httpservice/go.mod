@@ -5,8 +5,8 @@ go 1.25.0
 require (
 	github.com/nats-io/nats.go v1.53.0
 	github.com/oklog/ulid/v2 v2.1.2
-	github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
-	github.com/outboxkit/outbox/broker/jetstream v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox v0.1.0
+	github.com/outboxkit/outbox/broker/jetstream v0.1.0
 	github.com/prometheus/client_golang v1.24.1
 	github.com/rs/zerolog v1.35.1
 	go.uber.org/goleak v1.3.0
@@ -44,9 +44,4 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.59.0 // indirect
-)
-
-replace (
-	github.com/outboxkit/outbox => ../..
-	github.com/outboxkit/outbox/broker/jetstream => ../../broker/jetstream
 )

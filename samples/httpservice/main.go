@@ -47,6 +47,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -96,6 +97,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	log := zerolog.New(stdout).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+	// The outbox logs through log/slog; zerolog's slog handler hands its
+	// records to this zerolog logger.
+	outboxLog := slog.New(zerolog.NewSlogHandler(log))
 
 	db, err := postgres.Open(*dsn)
 	if err != nil {
@@ -150,7 +154,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	sampler, err := outboxprom.NewSampler(outboxprom.SamplerConfig{
 		Metrics: outboxprom.Config{Registerer: metrics},
-		DB:      db, Store: store, Interval: 10 * time.Second, Logger: log,
+		DB:      db, Store: store, Interval: 10 * time.Second, Logger: outboxLog,
 	})
 	if err != nil {
 		return err
@@ -161,7 +165,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		Dispatch: dispatch.Config{ListenerTimeout: 10 * time.Second},
 		Purge:    &purge.Config{}, // DONE and DEAD rows older than 7 days, hourly
 		Metrics:  exporter,
-		Logger:   log,
+		Logger:   outboxLog,
 	})
 	if err != nil {
 		return err

@@ -23,7 +23,14 @@ const (
 // such as a server that does not answer, are returned as they are.
 // outbox.Outbox.Start calls it once.
 func (s *Store) CheckSchema(ctx context.Context, db core.DBTX) error {
-	return schemacheck.Check(ctx, db, schemacheck.Target{
+	return schemacheck.Check(ctx, db, s.schemaTarget(false))
+}
+
+// schemaTarget is what schemacheck needs of the table; position: for
+// position delivery.
+func (s *Store) schemaTarget(position bool) schemacheck.Target {
+	return schemacheck.Target{
+		Position: position, PosTable: s.PosTable(),
 		Table: s.Table(), KeyTable: s.KeyTable(), Quote: quote,
 		Undefined: func(err error) bool {
 			switch errorNumber(err) {
@@ -32,5 +39,5 @@ func (s *Store) CheckSchema(ctx context.Context, db core.DBTX) error {
 			}
 			return false
 		},
-	})
+	}
 }

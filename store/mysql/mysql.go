@@ -59,6 +59,9 @@ var ddl string
 //go:embed upgrade_ordering.sql
 var upgradeOrdering string
 
+//go:embed upgrade_position.sql
+var upgradePosition string
+
 // ClaimStrategy selects how Claim leases rows.
 type ClaimStrategy int
 
@@ -168,6 +171,7 @@ func dialect(claim ClaimStrategy) (sqlstore.Dialect, error) {
 		LimitedWrites:     true,
 		MaxParams:         65535,
 		UpgradeOrdering:   upgradeOrdering,
+		UpgradePosition:   upgradePosition,
 		Keys:              sqlstore.KeysLimited,
 		LockingRead:       "FOR UPDATE",
 		IsAlreadyExists:   isAlreadyExists,

@@ -16,7 +16,14 @@ var _ core.SchemaChecker = (*Store)(nil)
 // such as a server that does not answer, are returned as they are.
 // outbox.Outbox.Start calls it once.
 func (s *Store) CheckSchema(ctx context.Context, db core.DBTX) error {
-	return schemacheck.Check(ctx, db, schemacheck.Target{
+	return schemacheck.Check(ctx, db, s.schemaTarget(false))
+}
+
+// schemaTarget is what schemacheck needs of the table; position: for
+// position delivery.
+func (s *Store) schemaTarget(position bool) schemacheck.Target {
+	return schemacheck.Target{
+		Position: position, PosTable: s.PosTable(),
 		Table: s.Table(), KeyTable: s.KeyTable(),
 		Quote: func(id string) string { return `"` + id + `"` },
 		// undefined_table, undefined_column, invalid_schema_name.
@@ -27,5 +34,5 @@ func (s *Store) CheckSchema(ctx context.Context, db core.DBTX) error {
 			}
 			return false
 		},
-	})
+	}
 }

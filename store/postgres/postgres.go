@@ -44,6 +44,9 @@ var ddl string
 //go:embed upgrade_ordering.sql
 var upgradeOrdering string
 
+//go:embed upgrade_position.sql
+var upgradePosition string
+
 // Config configures a Store.
 type Config struct {
 	// Table is the outbox table name. Default "outbox_event". It must match
@@ -90,7 +93,7 @@ func New(cfg Config) (*Store, error) {
 			return nil, err
 		}
 		parts = &partitioner{table: table, cfg: pc}
-		d.DDL, d.UpgradeOrdering = partitionedDDL, ""
+		d.DDL, d.UpgradeOrdering, d.UpgradePosition, d.Position = partitionedDDL, "", "", nil
 		d.AfterSchema = func(ctx context.Context, db core.DBTX) error {
 			if _, err := parts.ensure(ctx, db, time.Now()); err != nil {
 				return fmt.Errorf("create schema: create partitions: %w", err)
@@ -125,6 +128,8 @@ func dialect() sqlstore.Dialect {
 		PadIDLists:        true,
 		MaxParams:         65535,
 		UpgradeOrdering:   upgradeOrdering,
+		UpgradePosition:   upgradePosition,
+		Position:          positionSQL,
 		ErrorAbortsTx:     true,
 		Keys:              sqlstore.KeysWritableCTE,
 		LockingRead:       "FOR UPDATE",

@@ -47,8 +47,8 @@ func TestSchemaQualifiedTable(t *testing.T) {
 	if err := tg.DB.QueryRowContext(ctx, "SELECT COUNT(*) FROM pg_indexes WHERE schemaname = $1 AND tablename = 'events'", schema).Scan(&indexes); err != nil {
 		t.Fatal(err)
 	}
-	if indexes != 5 { // primary key, pending, dead, done, seq
-		t.Errorf("%d indexes in %s, want 5", indexes, schema)
+	if indexes != 6 { // primary key, pending, dead, done, seq, stream
+		t.Errorf("%d indexes in %s, want 6", indexes, schema)
 	}
 	e, err := core.NewEnvelope(core.EnvelopeSpec{ID: "q-1", Type: core.EventName("T"), JSON: []byte(`{}`)})
 	if err != nil {

@@ -16,7 +16,14 @@ var _ core.SchemaChecker = (*Store)(nil)
 // instance), naming what is missing, and nil when it is ready. Other errors
 // are returned as they are. outbox.Outbox.Start calls it once.
 func (s *Store) CheckSchema(ctx context.Context, db core.DBTX) error {
-	return schemacheck.Check(ctx, db, schemacheck.Target{
+	return schemacheck.Check(ctx, db, s.schemaTarget(false))
+}
+
+// schemaTarget is what schemacheck needs of the table; position: for
+// position delivery.
+func (s *Store) schemaTarget(position bool) schemacheck.Target {
+	return schemacheck.Target{
+		Position: position, PosTable: s.PosTable(),
 		Table: s.Table(), KeyTable: s.KeyTable(),
 		Quote: func(id string) string { return `"` + id + `"` },
 		// SQLite reports these as generic errors; only the message tells.
@@ -24,5 +31,5 @@ func (s *Store) CheckSchema(ctx context.Context, db core.DBTX) error {
 			msg := err.Error()
 			return strings.Contains(msg, "no such table") || strings.Contains(msg, "no such column")
 		},
-	})
+	}
 }

@@ -34,6 +34,9 @@ var ddl string
 //go:embed upgrade_ordering.sql
 var upgradeOrdering string
 
+//go:embed upgrade_position.sql
+var upgradePosition string
+
 // Config configures a Store.
 type Config struct {
 	// Table is the outbox table name. Default "outbox_event". It must match
@@ -83,6 +86,8 @@ func dialect() sqlstore.Dialect {
 		MaxParams:         32766,
 		PadIDLists:        true,
 		UpgradeOrdering:   upgradeOrdering,
+		UpgradePosition:   upgradePosition,
+		Position:          positionSQL,
 		Keys:              sqlstore.KeysReturning,
 		IsAlreadyExists:   isDuplicateColumn,
 		IsUniqueViolation: isUniqueViolation,

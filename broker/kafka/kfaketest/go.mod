@@ -7,8 +7,8 @@ module github.com/outboxkit/outbox/broker/kafka/kfaketest
 go 1.26.0
 
 require (
-	github.com/outboxkit/outbox v0.0.0-00010101000000-000000000000
-	github.com/outboxkit/outbox/broker/kafka v0.0.0-00010101000000-000000000000
+	github.com/outboxkit/outbox v0.1.0
+	github.com/outboxkit/outbox/broker/kafka v0.1.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 )
@@ -24,13 +24,11 @@ require (
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/jmoiron/sqlx v1.4.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
-	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/oklog/ulid/v2 v2.1.2 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	github.com/rs/zerolog v1.35.1 // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
@@ -39,9 +37,4 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.59.0 // indirect
-)
-
-replace (
-	github.com/outboxkit/outbox => ../../..
-	github.com/outboxkit/outbox/broker/kafka => ..
 )

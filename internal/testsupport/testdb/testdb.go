@@ -71,13 +71,20 @@ func DropTable(ctx context.Context, db core.DBTX, st Store) error {
 	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+strings.Join(parts, ".")); err != nil {
 		return fmt.Errorf("drop table %s: %w", st.Table(), err)
 	}
+	var more []string
 	if k, ok := st.(interface{ KeyTable() string }); ok {
-		parts := strings.Split(k.KeyTable(), ".")
+		more = append(more, k.KeyTable())
+	}
+	if k, ok := st.(interface{ PosTable() string }); ok {
+		more = append(more, k.PosTable())
+	}
+	for _, table := range more {
+		parts := strings.Split(table, ".")
 		for i, p := range parts {
 			parts[i] = quote(p)
 		}
 		if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS "+strings.Join(parts, ".")); err != nil {
-			return fmt.Errorf("drop table %s: %w", k.KeyTable(), err)
+			return fmt.Errorf("drop table %s: %w", table, err)
 		}
 	}
 	return nil

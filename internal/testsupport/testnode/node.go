@@ -13,11 +13,10 @@ package testnode
 import (
 	"context"
 	"database/sql"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
@@ -32,10 +31,10 @@ type Defaults struct {
 	Retry core.RetryPolicy
 	// Interval is the poller's interval. Default: the poller's.
 	Interval time.Duration
-	// Logger is given to the dispatcher, the poller and the writer. With the
-	// zero Logger their warnings and errors go to slog.Default() (stderr,
+	// Logger is given to the dispatcher, the poller and the writer. With a
+	// nil Logger their warnings and errors go to slog.Default() (stderr,
 	// shown with a failing test's output).
-	Logger zerolog.Logger
+	Logger *slog.Logger
 	// PollerMetrics gives the node's Metrics to the poller too, which counts
 	// there its store errors and the undecodable rows it marks DEAD.
 	// Default: the poller reports nothing.

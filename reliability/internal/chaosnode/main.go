@@ -28,6 +28,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -190,9 +191,10 @@ func runWorker(o options) error {
 	if err != nil {
 		return err
 	}
-	logger := zerolog.Nop()
+	logger := slog.New(slog.DiscardHandler)
 	if o.verbose {
-		logger = zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Str("owner", owner).Logger()
+		zl := zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Str("owner", owner).Logger()
+		logger = slog.New(zerolog.NewSlogHandler(zl))
 	}
 	d, err := dispatch.New(dispatch.Config{
 		Store: st, DB: db, Registry: reg, Owner: owner,

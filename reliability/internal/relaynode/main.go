@@ -21,6 +21,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -43,9 +44,10 @@ type options struct {
 	lease, interval, activeInterval, work time.Duration
 
 	// writer
-	events  int
-	rate    float64
-	verbose bool
+	events   int
+	rate     float64
+	verbose  bool
+	position bool
 }
 
 func main() {
@@ -62,6 +64,7 @@ func main() {
 	flag.IntVar(&o.events, "events", 1000, "events to write (writer)")
 	flag.Float64Var(&o.rate, "rate", 200, "events per second (writer)")
 	flag.BoolVar(&o.verbose, "v", false, "log the outbox's warnings to stderr")
+	flag.BoolVar(&o.position, "position", false, "outbox.DeliveryPosition (relay and writer)")
 	flag.Parse()
 
 	var err error
@@ -103,6 +106,14 @@ func open(o options) (*sql.DB, store.SchemaManager, error) {
 	return db, st, nil
 }
 
+// delivery is the Delivery of -position.
+func delivery(o options) outbox.Delivery {
+	if o.position {
+		return outbox.DeliveryPosition
+	}
+	return outbox.DeliveryClaim
+}
+
 func runRelay(o options) error {
 	db, st, err := open(o)
 	if err != nil {
@@ -128,12 +139,12 @@ func runRelay(o options) error {
 	if err != nil {
 		return err
 	}
-	logger := zerolog.Nop()
+	logger := slog.New(slog.DiscardHandler)
 	if o.verbose {
-		logger = zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+		logger = slog.New(zerolog.NewSlogHandler(zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Logger()))
 	}
 	ob, err := outbox.New(outbox.Config{
-		DB: db, Store: st, Registry: reg, Mode: outbox.MultiNode,
+		DB: db, Store: st, Registry: reg, Mode: outbox.MultiNode, Delivery: delivery(o),
 		SingleActive: true, SingleActiveInterval: o.activeInterval,
 		Dispatch: dispatch.Config{Retry: chaos.Backoff(), MaxAttempts: 1000},
 		Poller:   poller.Config{LeaseTimeout: o.lease, Interval: o.interval},
@@ -187,7 +198,7 @@ func runWriter(o options) error {
 		return err
 	}
 	defer db.Close()
-	ob, err := outbox.New(outbox.Config{DB: db, Store: st, Mode: outbox.WriterOnly})
+	ob, err := outbox.New(outbox.Config{DB: db, Store: st, Mode: outbox.WriterOnly, Delivery: delivery(o)})
 	if err != nil {
 		return err
 	}

@@ -10,11 +10,15 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
-// Version is the schema version the stores expect: the number of their
+// Version is the schema version of the stores' tables: the number of their
 // migrations (store/<dialect>/migrations/templates). The stores' tests
 // check that it is, so that a new migration makes Check look for what it
 // adds.
-const Version = 2
+const Version = 3
+
+// ClaimVersion is the schema version the claim path needs: a table at it
+// works in the default delivery mode; position delivery needs Version.
+const ClaimVersion = 2
 
 // Target is one store's table, and what Check needs of its dialect.
 type Target struct {
@@ -28,6 +32,10 @@ type Target struct {
 	// Undefined reports whether err says that a table, column or schema
 	// does not exist.
 	Undefined func(err error) bool
+	// Position: the table is used for position delivery, which needs
+	// Version (the pos column and the position table); else ClaimVersion.
+	Position bool
+	PosTable string // as the store's PosTable returns it; with Position
 }
 
 // v1Columns are the columns of migration 0001, the table itself.
@@ -66,7 +74,11 @@ func Check(ctx context.Context, db core.DBTX, t Target) error {
 		}
 		return out, nil
 	}
-	schemaErr := &core.SchemaError{Table: t.Table, Want: Version}
+	want := ClaimVersion
+	if t.Position {
+		want = Version
+	}
+	schemaErr := &core.SchemaError{Table: t.Table, Want: want}
 
 	// Version 0: no table.
 	if m, err := missing(qt, "1"); err != nil || m {
@@ -99,6 +111,24 @@ func Check(ctx context.Context, db core.DBTX, t Target) error {
 		return err
 	} else if m {
 		schemaErr.Missing = append(schemaErr.Missing, "table "+t.KeyTable)
+	}
+	if len(schemaErr.Missing) > 0 {
+		return schemaErr
+	}
+	if !t.Position {
+		return nil
+	}
+	schemaErr.Version = 2
+	// Version 3: position delivery, migration 0003: the pos column and the
+	// position table.
+	if schemaErr.Missing, err = each(qt, []string{"pos"}); err != nil {
+		return err
+	}
+	posCols := []string{"relay", "floor_pos", "cursor_pos", "open_pos", "owner", "updated_at"}
+	if m, err := missing(quoted(t.PosTable, t.Quote), posCols...); err != nil {
+		return err
+	} else if m {
+		schemaErr.Missing = append(schemaErr.Missing, "table "+t.PosTable)
 	}
 	if len(schemaErr.Missing) > 0 {
 		return schemaErr

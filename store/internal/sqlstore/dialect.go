@@ -61,6 +61,15 @@ type Dialect struct {
 	// column or index added by an earlier run, where the database has no
 	// IF NOT EXISTS for it) is skipped.
 	UpgradeOrdering string
+	// UpgradePosition is the template of the statements that add position
+	// delivery (the pos column, its index, the position table) to a table
+	// made by DDL and UpgradeOrdering, embedded from the store's
+	// upgrade_position.sql; CreateSchema runs them after UpgradeOrdering,
+	// skipping what IsAlreadyExists reports.
+	UpgradePosition string
+	// Position is the SQL of position delivery; nil where the reader does
+	// not run yet (the store's PositionLog returns nil).
+	Position *PositionSQL
 	// AfterSchema, when set, runs at the end of CreateSchema, after DDL and
 	// UpgradeOrdering, for what a template cannot say (PostgreSQL's
 	// partitioned table creates its time-bounded partitions there).

@@ -150,7 +150,7 @@ func (r *row) decode() (core.Event, error) {
 		return core.Event{}, err
 	}
 	status := core.Status(r.status)
-	if status < core.StatusNew || status > core.StatusWaiting {
+	if status < core.StatusNew || status > core.StatusStream {
 		return core.Event{}, fmt.Errorf("status %d is not a known status", r.status)
 	}
 	return core.Event{

@@ -13,11 +13,12 @@ import (
 func (s *Store) KeyTable() string { return s.table.KeyTable().String() }
 
 // SchemaSQL returns the DDL that creates the table and its indexes, then the
-// statements that add ordered delivery to it (UpgradeOrderingSQL), for
-// migration tools.
+// statements that add ordered delivery to it (UpgradeOrderingSQL) and
+// position delivery, for migration tools.
 func (s *Store) SchemaSQL() string {
 	stmts := SplitStatements(RenderDDL(s.d.DDL, s.table, s.d.Quote))
 	stmts = append(stmts, SplitStatements(RenderDDL(s.d.UpgradeOrdering, s.table, s.d.Quote))...)
+	stmts = append(stmts, SplitStatements(RenderDDL(s.d.UpgradePosition, s.table, s.d.Quote))...)
 	return strings.Join(stmts, ";\n\n") + ";\n"
 }
 
@@ -29,7 +30,7 @@ func (s *Store) UpgradeOrderingSQL() string {
 }
 
 // CreateSchema creates the table and its indexes if they do not exist, and
-// adds ordered delivery to a table that lacks it. Running it again, on a
+// adds ordered and position delivery to a table that lacks them. Running it again, on a
 // table it made or on one of an earlier release, is harmless.
 func (s *Store) CreateSchema(ctx context.Context, db core.DBTX) error {
 	if s.d.DDL == "" {
@@ -43,6 +44,11 @@ func (s *Store) CreateSchema(ctx context.Context, db core.DBTX) error {
 	for _, stmt := range SplitStatements(RenderDDL(s.d.UpgradeOrdering, s.table, s.d.Quote)) {
 		if _, err := db.ExecContext(ctx, stmt); err != nil && !s.d.IsAlreadyExists(err) {
 			return fmt.Errorf("create schema: add ordered delivery: %w", err)
+		}
+	}
+	for _, stmt := range SplitStatements(RenderDDL(s.d.UpgradePosition, s.table, s.d.Quote)) {
+		if _, err := db.ExecContext(ctx, stmt); err != nil && !s.d.IsAlreadyExists(err) {
+			return fmt.Errorf("create schema: add position delivery: %w", err)
 		}
 	}
 	if s.d.AfterSchema != nil {

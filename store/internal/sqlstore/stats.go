@@ -44,7 +44,39 @@ func (s *Store) Stats(ctx context.Context, db core.DBTX) (core.Stats, error) {
 	if err := s.orderedStats(ctx, db, &st); err != nil {
 		return st, s.wrap("stats", err)
 	}
+	if err := s.positionStats(ctx, db, &st); err != nil {
+		return st, s.wrap("stats", err)
+	}
 	return st, nil
+}
+
+// positionStats fills the position figures of st when the table has a
+// persisted position. A table without the position table (before
+// migration 0003), or whose reader never ran, has none.
+func (s *Store) positionStats(ctx context.Context, db core.DBTX, st *core.Stats) error {
+	if s.d.Position == nil {
+		return nil
+	}
+	var floor int64
+	pt := s.table.PosTable().Quoted(s.d.Quote)
+	if err := db.QueryRowContext(ctx, s.d.rebind("SELECT floor_pos FROM "+pt+" WHERE relay = ?"), positionRelay).Scan(&floor); err != nil {
+		return nil // no position table, or no reader yet
+	}
+	var maxPos sql.NullInt64
+	if err := db.QueryRowContext(ctx, "SELECT MAX(pos) FROM "+s.qt+" WHERE pos IS NOT NULL").Scan(&maxPos); err != nil {
+		return err
+	}
+	st.PositionLag = max(maxPos.Int64-floor, 0)
+	var oldest nullTime
+	if err := db.QueryRowContext(ctx, s.d.rebind("SELECT COUNT(*), MIN(created_at) FROM "+s.qt+" WHERE pos > ? AND status = "+stStream),
+		floor).Scan(&st.Stream, &oldest); err != nil {
+		return err
+	}
+	if oldest.Err != nil {
+		return oldest.Err
+	}
+	st.OldestStream = oldest.Time
+	return nil
 }
 
 // CountPurgeable implements core.Inspector.

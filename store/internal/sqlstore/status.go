@@ -29,6 +29,7 @@ var (
 	stRetry   = StatusSQL(core.StatusRetry)
 	stDead    = StatusSQL(core.StatusDead)
 	stWaiting = StatusSQL(core.StatusWaiting)
+	stStream  = StatusSQL(core.StatusStream)
 )
 
 // The conditions on status that several statements share.

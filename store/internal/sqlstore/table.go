@@ -84,9 +84,22 @@ func (t TableName) KeyTable() TableName {
 	return TableName{Schema: t.Schema, Name: t.IndexName("key")}
 }
 
+// PosTable returns the table of the persisted position of position
+// delivery: the table's name with the suffix "_pos", in the same schema.
+func (t TableName) PosTable() TableName {
+	return TableName{Schema: t.Schema, Name: t.IndexName("pos")}
+}
+
+// PosSeq returns the sequence of the positions (PostgreSQL): the table's
+// name with the suffix "_pos_seq", in the same schema.
+func (t TableName) PosSeq() TableName {
+	return TableName{Schema: t.Schema, Name: t.IndexName("pos_seq")}
+}
+
 // RenderDDL substitutes the table into a DDL template. The template refers to
 // {{table}} (the quoted, qualified table), {{name}} (the unquoted bare name),
-// {{keytable}} (the quoted, qualified KeyTable) and {{index:SUFFIX}} (a
+// {{keytable}} (the quoted, qualified KeyTable), {{postable}} and {{posseq}}
+// (PosTable and PosSeq, quoted and qualified) and {{index:SUFFIX}} (a
 // quoted index name).
 func RenderDDL(tmpl string, t TableName, q func(string) string) string {
 	var b strings.Builder
@@ -110,6 +123,10 @@ func RenderDDL(tmpl string, t TableName, q func(string) string) string {
 			b.WriteString(t.Name)
 		case key == "keytable":
 			b.WriteString(t.KeyTable().Quoted(q))
+		case key == "postable":
+			b.WriteString(t.PosTable().Quoted(q))
+		case key == "posseq":
+			b.WriteString(t.PosSeq().Quoted(q))
 		case strings.HasPrefix(key, "index:"):
 			b.WriteString(q(t.IndexName(strings.TrimPrefix(key, "index:"))))
 		default:

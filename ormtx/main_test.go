@@ -1,4 +1,4 @@
-package txrun_test
+package ormtx_test
 
 import (
 	"testing"

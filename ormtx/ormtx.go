@@ -1,28 +1,47 @@
-// Package txrun runs a function in a transaction that an ORM begins and ends,
-// carrying it in the context as a core.Tx whose after-commit callbacks run
-// once the ORM's COMMIT has succeeded. The ORM integrations in contrib/ build
-// on it; package txctx does the same for database/sql and sqlx.
+// Package ormtx carries a transaction that an ORM begins and ends in the
+// context, as the core.Tx that outbox.Write joins, and runs the
+// transaction's after-commit callbacks (the hot path's hand-off to the
+// dispatcher) once the ORM's COMMIT has succeeded. The integrations in
+// github.com/outboxkit/outbox/contrib (GORM, Bun, ent) are built on it; an
+// integration for another ORM, or for any library that begins and ends its
+// own database/sql transactions, uses it the same way:
 //
-// The semantics are txctx's: the transaction's lifetime is detached from the
-// context once BEGIN has returned (so the rollback, the commit and the
-// callbacks happen even after the context is cancelled), callbacks run in
-// registration order in the goroutine that called Do, and a panicking
+//	err := ormtx.Do(ctx, db, func(ctx context.Context) (ormtx.Begun, error) {
+//		tx, err := db.BeginTx(ctx, nil) // the ORM's begin
+//		if err != nil {
+//			return ormtx.Begun{}, err
+//		}
+//		return ormtx.Begun{End: tx, Exec: tx, ORM: tx, Key: db}, nil
+//	}, func(ctx context.Context, t *ormtx.Tx) error {
+//		// the user's function: ob.Write(ctx, ...) joins t
+//		return fn(ctx)
+//	})
+//
+// The semantics are package txctx's: the transaction's lifetime is detached
+// from the context once BEGIN has returned (so the rollback, the commit and
+// the callbacks happen even after the context is cancelled), callbacks run
+// in registration order in the goroutine that called Do, and a panicking
 // callback is logged without stopping the others.
-package txrun
+//
+// The nested modules under contrib require this package at a released
+// version of the root module: its API follows the root module's
+// compatibility promise like every other exported package.
+package ormtx
 
 import (
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
-
-	"github.com/rs/zerolog"
+	"log/slog"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/txhooks"
+	"github.com/outboxkit/outbox/outboxlog"
 )
 
-// Ender ends a transaction: an ORM's transaction type (bun.Tx, ent's Tx).
+// Ender ends a transaction: an ORM's transaction type (bun.Tx, ent's Tx,
+// *sql.Tx).
 type Ender interface {
 	Commit() error
 	Rollback() error
@@ -37,8 +56,10 @@ type Begun struct {
 	// Key identifies the handle the transaction was begun on; Do joins a
 	// transaction of the same key. Nil: never joined.
 	Key any
-	// Log receives panics of callbacks and late registrations.
-	Log zerolog.Logger
+	// Logger receives the panics of callbacks (error) and the callbacks
+	// registered on an ended transaction (warning). Nil:
+	// outboxlog.Default().
+	Logger *slog.Logger
 }
 
 var _ core.Tx = (*Tx)(nil)
@@ -50,7 +71,7 @@ type Tx struct {
 	exec  core.DBTX
 	orm   any
 	key   any
-	log   zerolog.Logger
+	log   *slog.Logger
 	hooks txhooks.Hooks
 }
 
@@ -132,7 +153,8 @@ func Do(ctx context.Context, key any, begin func(ctx context.Context) (Begun, er
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
-	t := &Tx{exec: b.Exec, orm: b.ORM, key: b.Key, log: b.Log, hooks: txhooks.Hooks{Log: b.Log, Prefix: "outbox"}}
+	log := outboxlog.Or(b.Logger)
+	t := &Tx{exec: b.Exec, orm: b.ORM, key: b.Key, log: log, hooks: txhooks.Hooks{Log: log, Prefix: "outbox"}}
 
 	cbCtx := context.WithoutCancel(ctx)
 	returned := false
@@ -141,7 +163,7 @@ func Do(ctx context.Context, key any, begin func(ctx context.Context) (Begun, er
 			return
 		}
 		if err := b.End.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
-			t.log.Error().Err(err).Msg("outbox: roll back transaction after panic")
+			t.log.LogAttrs(cbCtx, slog.LevelError, "outbox: roll back transaction after panic", outboxlog.Err(err))
 		}
 		t.finish(cbCtx, false)
 	}()
@@ -167,8 +189,9 @@ func Do(ctx context.Context, key any, begin func(ctx context.Context) (Begun, er
 // NewTx returns a transaction running its statements on exec, for an
 // integration that ends transactions itself (inside the ORM's own commit and
 // rollback) instead of through Do: it calls Finish once the transaction has
-// ended.
-func NewTx(exec core.DBTX, orm any, log zerolog.Logger) *Tx {
+// ended. logger is Begun.Logger's.
+func NewTx(exec core.DBTX, orm any, logger *slog.Logger) *Tx {
+	log := outboxlog.Or(logger)
 	return &Tx{exec: exec, orm: orm, log: log, hooks: txhooks.Hooks{Log: log, Prefix: "outbox"}}
 }
 

@@ -1,17 +1,18 @@
-package txrun_test
+package ormtx_test
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
-	"github.com/rs/zerolog"
-
 	"github.com/outboxkit/outbox/core"
-	"github.com/outboxkit/outbox/internal/txrun"
+	"github.com/outboxkit/outbox/ormtx"
 	"github.com/outboxkit/outbox/store/sqlite"
 )
 
@@ -28,13 +29,13 @@ func openDB(t *testing.T) *sql.DB {
 	return db
 }
 
-func beginOn(db *sql.DB) func(ctx context.Context) (txrun.Begun, error) {
-	return func(ctx context.Context) (txrun.Begun, error) {
+func beginOn(db *sql.DB) func(ctx context.Context) (ormtx.Begun, error) {
+	return func(ctx context.Context) (ormtx.Begun, error) {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
-			return txrun.Begun{}, err
+			return ormtx.Begun{}, err
 		}
-		return txrun.Begun{End: tx, Exec: tx, ORM: tx, Key: db}, nil
+		return ormtx.Begun{End: tx, Exec: tx, ORM: tx, Key: db}, nil
 	}
 }
 
@@ -51,8 +52,8 @@ func TestDoCommitRollbackPanicJoin(t *testing.T) {
 	db := openDB(t)
 	ctx := context.Background()
 	var got []string
-	insert := func(id string) func(ctx context.Context, tx *txrun.Tx) error {
-		return func(ctx context.Context, tx *txrun.Tx) error {
+	insert := func(id string) func(ctx context.Context, tx *ormtx.Tx) error {
+		return func(ctx context.Context, tx *ormtx.Tx) error {
 			if c, ok := core.TxFromContext(ctx); !ok || c != core.Tx(tx) {
 				t.Errorf("ctx does not carry the transaction")
 			}
@@ -63,11 +64,11 @@ func TestDoCommitRollbackPanicJoin(t *testing.T) {
 		}
 	}
 
-	if err := txrun.Do(ctx, db, beginOn(db), insert("a")); err != nil {
+	if err := ormtx.Do(ctx, db, beginOn(db), insert("a")); err != nil {
 		t.Fatal(err)
 	}
 	boom := errors.New("boom")
-	err := txrun.Do(ctx, db, beginOn(db), func(ctx context.Context, tx *txrun.Tx) error {
+	err := ormtx.Do(ctx, db, beginOn(db), func(ctx context.Context, tx *ormtx.Tx) error {
 		if err := insert("b")(ctx, tx); err != nil {
 			return err
 		}
@@ -82,15 +83,15 @@ func TestDoCommitRollbackPanicJoin(t *testing.T) {
 				t.Error("panic did not go on")
 			}
 		}()
-		_ = txrun.Do(ctx, db, beginOn(db), func(ctx context.Context, tx *txrun.Tx) error {
+		_ = ormtx.Do(ctx, db, beginOn(db), func(ctx context.Context, tx *ormtx.Tx) error {
 			_ = insert("c")(ctx, tx)
 			panic("listener bug")
 		})
 	}()
 	// Joined: the inner Do neither begins (SQLite has one connection: a
 	// second BEGIN would wait forever) nor ends the transaction.
-	err = txrun.Do(ctx, db, beginOn(db), func(ctx context.Context, outer *txrun.Tx) error {
-		return txrun.Do(ctx, db, beginOn(db), func(ctx context.Context, inner *txrun.Tx) error {
+	err = ormtx.Do(ctx, db, beginOn(db), func(ctx context.Context, outer *ormtx.Tx) error {
+		return ormtx.Do(ctx, db, beginOn(db), func(ctx context.Context, inner *ormtx.Tx) error {
 			if inner != outer {
 				t.Error("inner Do did not join")
 			}
@@ -114,14 +115,14 @@ func TestDoCancelledAndFailedCommit(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	called := false
-	err := txrun.Do(ctx, db, beginOn(db), func(context.Context, *txrun.Tx) error { called = true; return nil })
+	err := ormtx.Do(ctx, db, beginOn(db), func(context.Context, *ormtx.Tx) error { called = true; return nil })
 	if !errors.Is(err, context.Canceled) || called {
 		t.Fatalf("cancelled ctx: err = %v, fn called %v", err, called)
 	}
 
 	// A COMMIT that fails runs the after-rollback callbacks only.
 	var got []string
-	err = txrun.Do(context.Background(), db, beginOn(db), func(ctx context.Context, tx *txrun.Tx) error {
+	err = ormtx.Do(context.Background(), db, beginOn(db), func(ctx context.Context, tx *ormtx.Tx) error {
 		tx.AfterCommit(func(context.Context) { got = append(got, "commit") })
 		tx.AfterRollback(func(context.Context) { got = append(got, "rollback") })
 		// Ending the transaction behind Do's back makes its COMMIT fail.
@@ -130,7 +131,7 @@ func TestDoCancelledAndFailedCommit(t *testing.T) {
 	if !errors.Is(err, sql.ErrTxDone) || !slices.Equal(got, []string{"rollback"}) {
 		t.Fatalf("failed commit: err = %v, callbacks %q", err, got)
 	}
-	if err := txrun.Do(context.Background(), db, beginOn(db), nil); !errors.Is(err, core.ErrInvalid) {
+	if err := ormtx.Do(context.Background(), db, beginOn(db), nil); !errors.Is(err, core.ErrInvalid) {
 		t.Fatalf("nil fn: err = %v", err)
 	}
 }
@@ -144,7 +145,7 @@ func TestFinishOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	tr := txrun.NewTx(tx, nil, zerolog.Nop())
+	tr := ormtx.NewTx(tx, nil, slog.New(slog.DiscardHandler))
 	var got []string
 	tr.AfterCommit(func(context.Context) { got = append(got, "commit") })
 	tr.AfterRollback(func(context.Context) { got = append(got, "rollback") })
@@ -154,5 +155,37 @@ func TestFinishOnce(t *testing.T) {
 	tr.Finish(context.Background(), true)
 	if !slices.Equal(got, []string{"rollback"}) || !tr.Ended() {
 		t.Fatalf("callbacks = %q, ended %v; want one rollback", got, tr.Ended())
+	}
+}
+
+// A panicking callback and a late registration reach Begun.Logger, and the
+// callbacks after the panicking one still run.
+func TestLoggerReceivesCallbackProblems(t *testing.T) {
+	db := openDB(t)
+	var logs bytes.Buffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	var ran []string
+	var late *ormtx.Tx
+	err := ormtx.Do(context.Background(), db, func(ctx context.Context) (ormtx.Begun, error) {
+		b, err := beginOn(db)(ctx)
+		b.Logger = logger
+		return b, err
+	}, func(ctx context.Context, tx *ormtx.Tx) error {
+		late = tx
+		tx.AfterCommit(func(context.Context) { panic("callback bug") })
+		tx.AfterCommit(func(context.Context) { ran = append(ran, "second") })
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	late.AfterCommit(func(context.Context) { ran = append(ran, "late") })
+	if !slices.Equal(ran, []string{"second"}) {
+		t.Errorf("callbacks ran %q, want [second]", ran)
+	}
+	for _, want := range []string{"level=ERROR", "callback bug", "level=WARN"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log lacks %q:\n%s", want, logs.String())
+		}
 	}
 }

@@ -1,0 +1,424 @@
+package position
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/lifecycle"
+	"github.com/outboxkit/outbox/outboxlog"
+)
+
+// Handler is the dispatcher as the reader sees it.
+type Handler interface {
+	EnqueueCold(ev core.Event) bool
+	ColdCapacity() int
+	Owner() string
+}
+
+// Config configures a Reader.
+type Config struct {
+	Log     Log
+	Store   core.Store // the table's store, for the wrapper's claim-path writes
+	DB      core.DBTX  // the pool
+	Handler Handler
+	// Active, when set, reports whether this process is the table's
+	// reader (the single-active gate); nil: always.
+	Active func() bool
+	// Interval is the pause between reads that found nothing. Default
+	// 50 ms.
+	Interval time.Duration
+	// BatchSize caps one read. Default 500.
+	BatchSize int
+	// HotMax bounds the positions the hot path holds at once; beyond it
+	// the reader delivers. Default 10,000.
+	HotMax int
+	// NoWatch: do not LISTEN for the table's wake-ups (core.WakeSource,
+	// PostgreSQL) on a dedicated connection; read every Interval only.
+	NoWatch bool
+	// Ordering: the aggregate types whose events take the claim path.
+	Ordering core.Ordering
+	// Logger receives the reader's logs; nil: outboxlog.Default().
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// Reader delivers a table's STREAM rows in position order from its
+// persisted position, and wraps the store so that the dispatcher's
+// outcomes of those events resolve positions instead of writing rows.
+type Reader struct {
+	cfg   Config
+	t     *tracker
+	owner string // the lease owner of the events the reader hands over
+	loop  lifecycle.Loop
+	wake  chan struct{}
+	log   *slog.Logger
+
+	// waitsForRoom: the last cycle read less than it could because the
+	// cold queue was full (the reader's goroutine only).
+	waitsForRoom bool
+
+	saveMu sync.Mutex
+	saved  State // the last state written
+}
+
+// roomWait is the pause before the next read while a backlog waits for
+// room in the dispatcher's cold queue.
+const roomWait = 5 * time.Millisecond
+
+// New returns a Reader; cfg.Log, Store and DB are required, and Handler,
+// which may be set later with SetHandler, before Start.
+func New(cfg Config) (*Reader, error) {
+	if cfg.Log == nil || cfg.Store == nil || cfg.DB == nil {
+		return nil, core.Invalid("position reader config", "Log, Store and DB are required")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = 50 * time.Millisecond
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 500
+	}
+	if cfg.HotMax <= 0 {
+		cfg.HotMax = 10_000
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	r := &Reader{cfg: cfg, t: newTracker(cfg.HotMax), wake: make(chan struct{}, 1), log: outboxlog.Or(cfg.Logger)}
+	if cfg.Handler != nil {
+		r.SetHandler(cfg.Handler)
+	}
+	return r, nil
+}
+
+// SetActive sets the single-active gate's report of whether this process
+// is the table's reader; call it before Start.
+func (r *Reader) SetActive(active func() bool) { r.cfg.Active = active }
+
+// SetHandler sets the dispatcher the reader hands events to, when it was
+// built with the reader's Store; call it before Start.
+func (r *Reader) SetHandler(h Handler) {
+	r.cfg.Handler = h
+	r.owner = h.Owner() + "/position"
+}
+
+// Owner is the lease owner of the events the reader hands to the
+// dispatcher: no row carries it.
+func (r *Reader) Owner() string { return r.owner }
+
+// Start starts the reading goroutine.
+func (r *Reader) Start(ctx context.Context) error {
+	if r.cfg.Handler == nil {
+		return core.Invalid("position reader", "no Handler: call SetHandler before Start")
+	}
+	return r.loop.Start(ctx, r.run)
+}
+
+// Close stops reading and saves the position. Outcomes that land after it
+// (the dispatcher drains after the reader stopped) are saved by Flush.
+func (r *Reader) Close(ctx context.Context) error { return r.loop.Close(ctx) }
+
+// Flush saves the position once more, after the dispatcher drained: the
+// outcomes of the drain then need no second delivery after a restart.
+func (r *Reader) Flush(ctx context.Context) error {
+	if !r.live() {
+		return nil
+	}
+	if err := r.passAhead(ctx); err != nil {
+		return err
+	}
+	return r.save(ctx)
+}
+
+// passAhead reads on from the cursor over the positions the hot path
+// delivered before a read reached them, which only memory knows: a reader
+// taking over from the saved position would deliver them again.
+func (r *Reader) passAhead(ctx context.Context) error {
+	for r.t.aheadCount() > 0 {
+		_, cursor, _ := r.t.lag()
+		rows, tok, err := r.cfg.Log.ReadKeysAfter(ctx, r.cfg.DB, cursor, r.cfg.BatchSize)
+		if err != nil {
+			return err
+		}
+		got := make([]int64, len(rows))
+		for i, row := range rows {
+			got[i] = row.Pos
+		}
+		if len(rows) == 0 || !r.t.passAhead(got, tok) {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (r *Reader) live() bool {
+	r.t.mu.Lock()
+	defer r.t.mu.Unlock()
+	return r.t.live
+}
+
+// Wake makes the reader read at once.
+func (r *Reader) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Reader) active() bool { return r.cfg.Active == nil || r.cfg.Active() }
+
+func (r *Reader) run(ctx context.Context, stop <-chan struct{}) {
+	if src, ok := core.StoreAs[core.WakeSource](r.cfg.Store); ok && !r.cfg.NoWatch {
+		wctx, cancelWatch := context.WithCancel(ctx)
+		var watching sync.WaitGroup
+		watching.Go(func() { r.watch(wctx, src) })
+		defer func() {
+			cancelWatch()
+			watching.Wait()
+		}()
+	}
+	backoff := r.cfg.Interval
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-stop:
+			if r.live() {
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				if err := r.save(sctx); err != nil {
+					r.log.WarnContext(ctx, "outbox position reader: last save failed; the events delivered since the previous one are delivered again after a restart",
+						outboxlog.Err(err))
+				}
+				cancel()
+			}
+			return
+		case <-timer.C:
+		case <-r.wake:
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+		}
+		full, err := r.cycle(ctx)
+		next := r.cfg.Interval
+		switch {
+		case err == nil && r.waitsForRoom:
+			// A backlog waits for room in the cold queue: look again
+			// soon, as the poller does, rather than after an Interval.
+			backoff = r.cfg.Interval
+			next = roomWait
+		case err != nil:
+			r.log.ErrorContext(ctx, "outbox position reader: read failed; retrying with backoff", outboxlog.Err(err))
+			backoff = min(2*backoff, 5*time.Second)
+			next = backoff
+		case full:
+			backoff = r.cfg.Interval
+			next = 0
+		default:
+			backoff = r.cfg.Interval
+		}
+		timer.Reset(next)
+	}
+}
+
+// watch calls src.Watch until ctx is done, so that a commit the hot path
+// does not deliver (another instance's, a WriterOnly process's) is read at
+// once rather than at the next Interval; after a failure it opens the
+// connection again with a back-off, reading every Interval meanwhile.
+func (r *Reader) watch(ctx context.Context, src core.WakeSource) {
+	wait := 100 * time.Millisecond
+	for {
+		started := time.Now()
+		err := src.Watch(ctx, r.cfg.DB, r.Wake)
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, core.ErrInvalid) {
+			r.log.ErrorContext(ctx, "outbox position reader cannot watch for new events; it reads every interval only",
+				outboxlog.Err(err))
+			return
+		}
+		if time.Since(started) > 30*time.Second {
+			wait = 100 * time.Millisecond
+		}
+		r.log.WarnContext(ctx, "outbox position reader lost its watch connection; reading every interval meanwhile",
+			outboxlog.Err(err), slog.Int64("retry_in_ms", wait.Milliseconds()))
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// cycle is one round: take over or stand by, read the gaps again and drop
+// the final ones, read after the cursor, save. It reports whether the read
+// after the cursor came back full.
+func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
+	db, lg := r.cfg.DB, r.cfg.Log
+	if !r.active() {
+		r.t.setLive(false)
+		return false, nil
+	}
+	if !r.live() {
+		st, err := lg.ClaimState(ctx, db, r.owner, r.cfg.Now())
+		if err != nil {
+			return false, err
+		}
+		_, tok, err := lg.Horizon(ctx, db)
+		if err != nil {
+			return false, err
+		}
+		r.t.load(st, tok)
+		r.saveMu.Lock()
+		r.saved = st
+		r.saveMu.Unlock()
+		r.log.InfoContext(ctx, "outbox position reader: reading from the persisted position",
+			slog.Int64("floor", st.Floor), slog.Int64("cursor", st.Cursor), slog.Int("open_ranges", len(st.Open)))
+	}
+	room := r.cfg.Handler.ColdCapacity()
+	r.waitsForRoom = false
+	if gaps := r.t.startCycle(); len(gaps) > 0 {
+		h, _, err := lg.Horizon(ctx, db)
+		if err != nil {
+			return false, err
+		}
+		rows, err := lg.ReadRanges(ctx, db, gaps)
+		if err != nil {
+			return false, err
+		}
+		for _, row := range rows {
+			if r.t.seen(row.Pos, row.ID, true) == deliver {
+				r.hand(ctx, row)
+				room--
+			}
+		}
+		r.t.finalize(h)
+	}
+	if room <= 0 {
+		r.waitsForRoom = true // reading on would only hand rows back
+	}
+	if room > 0 {
+		n := min(room, r.cfg.BatchSize)
+		_, cursor, _ := r.t.lag()
+		// While the hot path delivers, most rows need no delivery here:
+		// read their positions alone, then the few rows to deliver.
+		light := r.t.hotAhead()
+		read := lg.ReadAfter
+		if light {
+			read = lg.ReadKeysAfter
+		}
+		rows, tok, err := read(ctx, db, cursor, n)
+		if err != nil {
+			return false, err
+		}
+		got := make([]int64, 0, len(rows))
+		var fetch []Range
+		for _, row := range rows {
+			got = append(got, row.Pos)
+			if r.t.seen(row.Pos, row.ID, false) != deliver {
+				continue
+			}
+			if !light {
+				r.hand(ctx, row)
+				continue
+			}
+			if k := len(fetch); k > 0 && fetch[k-1].Hi+1 == row.Pos {
+				fetch[k-1].Hi = row.Pos
+			} else {
+				fetch = append(fetch, Range{Lo: row.Pos, Hi: row.Pos})
+			}
+		}
+		r.t.readTo(got, tok)
+		full = len(rows) == n
+		r.waitsForRoom = full && n < r.cfg.BatchSize // the read was cut to the room left
+		if len(fetch) > 0 {
+			// In flight already (seen), so nothing else hands them over;
+			// a row that left STREAM meanwhile cannot: only this process
+			// writes the rows it holds.
+			fetched, err := lg.ReadRanges(ctx, db, fetch)
+			found := make(map[int64]bool, len(fetched))
+			for _, row := range fetched {
+				found[row.Pos] = true
+				r.hand(ctx, row)
+			}
+			for _, rg := range fetch {
+				for p := rg.Lo; p <= rg.Hi; p++ {
+					if !found[p] {
+						r.t.giveBackPos(p) // read again, as a gap
+					}
+				}
+			}
+			if err != nil {
+				return false, err
+			}
+		}
+	}
+	return full, r.save(ctx)
+}
+
+// hand gives a row to the dispatcher, or marks it DEAD when it cannot be
+// decoded; a refused one is read again.
+func (r *Reader) hand(ctx context.Context, row Row) {
+	if row.Err != nil {
+		r.log.ErrorContext(ctx, "outbox position reader: row cannot be decoded; marked DEAD", outboxlog.Err(row.Err), slog.String("event_id", row.ID))
+		if _, err := r.cfg.Log.MarkFailed(ctx, r.cfg.DB, row.ID, true, r.cfg.Now(), row.Err.Error()); err != nil {
+			r.log.ErrorContext(ctx, "outbox position reader: marking an undecodable row DEAD failed", outboxlog.Err(err), slog.String("event_id", row.ID))
+			r.t.giveBack(row.ID)
+			return
+		}
+		r.t.resolve(row.ID)
+		return
+	}
+	ev := row.Event
+	ev.LockedBy, ev.LockedAt = r.owner, r.cfg.Now()
+	if !r.cfg.Handler.EnqueueCold(ev) {
+		r.t.giveBack(row.ID)
+	}
+}
+
+// save writes the state when it changed. Fenced by the owner: a reader
+// that lost the position (another process took it over) stops.
+func (r *Reader) save(ctx context.Context) error {
+	st := r.t.state()
+	r.saveMu.Lock()
+	defer r.saveMu.Unlock()
+	if st.Floor == r.saved.Floor && st.Cursor == r.saved.Cursor && sameRanges(st.Open, r.saved.Open) {
+		return nil
+	}
+	ok, err := r.cfg.Log.SaveState(ctx, r.cfg.DB, r.owner, st, r.cfg.Now())
+	if err != nil {
+		return err
+	}
+	if !ok {
+		r.t.setLive(false)
+		return fmt.Errorf("the position was taken over by another reader; standing by")
+	}
+	r.saved = st
+	return nil
+}
+
+func sameRanges(a, b []Range) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Lag returns the floor and cursor of this reader and its open gaps; zeros
+// when it is not the table's reader.
+func (r *Reader) Lag() (floor, cursor int64, gaps int) { return r.t.lag() }

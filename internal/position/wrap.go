@@ -1,0 +1,345 @@
+package position
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+)
+
+// Store returns the store the Writer and the dispatcher use in position
+// delivery: inner, except that
+//
+//   - an insert writes unordered, undelayed events as STREAM rows (the
+//     others take the claim path: ordered aggregate types, NotBefore), and,
+//     when leased (a transaction whose commit the hot path sees), lets the
+//     hot path hold their positions;
+//   - the outcomes of STREAM events (owner Reader.Owner, or a hot position)
+//     write nothing when delivered, move the row from STREAM to RETRY or
+//     DEAD when not, and resolve their positions;
+//   - their leases are neither renewed nor released: they have none.
+//
+// Everything else goes to inner.
+func (r *Reader) Store() core.Store { return &store{Store: r.cfg.Store, r: r} }
+
+// WriterOnlyStore is Store for a process that only writes: no hot path.
+func WriterOnlyStore(inner core.Store, lg Log, ordering core.Ordering) core.Store {
+	r := &Reader{cfg: Config{Store: inner, Log: lg, Ordering: ordering}, t: newTracker(0)}
+	return &store{Store: inner, r: r}
+}
+
+type store struct {
+	core.Store
+	r *Reader
+}
+
+var (
+	_ core.StoreUnwrapper = (*store)(nil)
+	_ core.BatchMarker    = (*store)(nil)
+	_ core.LeaseRenewer   = (*store)(nil)
+	_ core.OrderedStore   = (*store)(nil)
+)
+
+func (s *store) Unwrap() core.Store { return s.Store }
+
+// streams reports whether env is written as a STREAM row.
+func (s *store) streams(env core.Envelope) bool {
+	if !env.AvailableAt().Equal(env.OccurredAt()) {
+		return false
+	}
+	if o := s.r.cfg.Ordering; o != nil {
+		if _, ok := o.Ordered(env.AggregateType()); ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Insert implements core.Store.
+func (s *store) Insert(ctx context.Context, db core.DBTX, envs []core.Envelope, opts core.InsertOptions) error {
+	_, err := s.InsertOrdered(ctx, db, envs, opts)
+	return err
+}
+
+// InsertOrdered implements core.OrderedStore: the STREAM events in one
+// statement (or a few), the others through inner.
+func (s *store) InsertOrdered(ctx context.Context, db core.DBTX, envs []core.Envelope, opts core.InsertOptions) (core.InsertResult, error) {
+	var stream, claim []core.Envelope
+	var claimAt []int
+	for i, env := range envs {
+		if s.streams(env) {
+			stream = append(stream, env)
+		} else {
+			claim = append(claim, env)
+			claimAt = append(claimAt, i)
+		}
+	}
+	var res core.InsertResult
+	if len(claim) > 0 {
+		var cres core.InsertResult
+		var err error
+		if o, ok := core.StoreAs[core.OrderedStore](s.Store); ok {
+			cres, err = o.InsertOrdered(ctx, db, claim, opts)
+		} else {
+			err = s.Store.Insert(ctx, db, claim, opts)
+		}
+		if err != nil {
+			return core.InsertResult{}, err
+		}
+		res.Waiting = cres.Waiting
+		if cres.Seqs != nil {
+			res.Seqs = make([]int64, len(envs))
+			for j, i := range claimAt {
+				res.Seqs[i] = cres.Seqs[j]
+			}
+		}
+	}
+	if len(stream) == 0 {
+		return res, nil
+	}
+	pos, err := s.r.cfg.Log.InsertStream(ctx, db, stream)
+	if err != nil {
+		return core.InsertResult{}, err
+	}
+	if opts.LeaseOwner != "" {
+		missed := false
+		for i, env := range stream {
+			if !s.r.t.takeHot(env.ID(), pos[i]) {
+				missed = true
+			}
+		}
+		// The Writer signals only writes without a hot path; these have
+		// one, but not for position delivery (this process is not the
+		// reader, or its hot set is full): wake the reader when they
+		// commit. One signal per transaction reaches the listeners.
+		if missed {
+			if n, ok := core.StoreAs[core.InsertNotifier](s.Store); ok {
+				if err := n.NotifyInsert(ctx, db); err != nil {
+					return core.InsertResult{}, err
+				}
+			}
+		}
+	}
+	return res, nil
+}
+
+// Ordering implements core.OrderedStore.
+func (s *store) Ordering() core.Ordering { return s.r.cfg.Ordering }
+
+func (s *store) ordered() core.OrderedStore {
+	o, _ := core.StoreAs[core.OrderedStore](s.Store)
+	return o
+}
+
+// MarkDoneOrdered implements core.OrderedStore; STREAM events are never
+// ordered, but a batch of DONE outcomes may mix them with ordered ones.
+func (s *store) MarkDoneOrdered(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
+	rest, n := s.resolveDone(ids)
+	if len(rest) == 0 {
+		return n, nil, nil
+	}
+	m, evs, err := s.ordered().MarkDoneOrdered(ctx, db, owner, rest, now)
+	return n + m, evs, err
+}
+
+// MarkDeadOrdered implements core.OrderedStore.
+func (s *store) MarkDeadOrdered(ctx context.Context, db core.DBTX, owner, id string, now time.Time, lastErr string) (bool, []core.Event, error) {
+	if s.r.t.beginFail(id) {
+		ok, err := s.fail(ctx, db, id, true, now, lastErr)
+		return ok, nil, err
+	}
+	return s.ordered().MarkDeadOrdered(ctx, db, owner, id, now, lastErr)
+}
+
+// BlockedKeys implements core.OrderedStore.
+func (s *store) BlockedKeys(ctx context.Context, db core.DBTX, f core.DeadFilter) ([]core.BlockedKey, error) {
+	return s.ordered().BlockedKeys(ctx, db, f)
+}
+
+// SkipDead implements core.OrderedStore.
+func (s *store) SkipDead(ctx context.Context, db core.DBTX, ids []string, now time.Time) (int64, error) {
+	return s.ordered().SkipDead(ctx, db, ids, now)
+}
+
+// resolveDone resolves the ids of STREAM events and returns the others and
+// how many it resolved.
+func (s *store) resolveDone(ids []string) (rest []string, n int64) {
+	for _, id := range ids {
+		if s.r.t.owns(id) {
+			s.r.t.resolve(id)
+			n++
+			continue
+		}
+		rest = append(rest, id)
+	}
+	// No wake-up: a resolved position only moves the floor, which the
+	// next cycle saves; waking the reader per outcome would write the
+	// position table per DONE batch.
+	return rest, n
+}
+
+// MarkDone implements core.Store.
+func (s *store) MarkDone(ctx context.Context, db core.DBTX, owner, id string, now time.Time) (bool, error) {
+	if rest, n := s.resolveDone([]string{id}); len(rest) == 0 {
+		return n == 1, nil
+	}
+	return s.Store.MarkDone(ctx, db, owner, id, now)
+}
+
+// MarkDoneBatch implements core.BatchMarker.
+func (s *store) MarkDoneBatch(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, error) {
+	rest, n := s.resolveDone(ids)
+	if len(rest) == 0 {
+		return n, nil
+	}
+	bm, ok := core.StoreAs[core.BatchMarker](s.Store)
+	if !ok {
+		for _, id := range rest {
+			done, err := s.Store.MarkDone(ctx, db, owner, id, now)
+			if err != nil {
+				return n, err
+			}
+			if done {
+				n++
+			}
+		}
+		return n, nil
+	}
+	m, err := bm.MarkDoneBatch(ctx, db, owner, rest, now)
+	return n + m, err
+}
+
+// fail writes the RETRY or DEAD of a STREAM event marked failing and
+// resolves it once written.
+func (s *store) fail(ctx context.Context, db core.DBTX, id string, dead bool, at time.Time, lastErr string) (bool, error) {
+	ok, err := s.r.cfg.Log.MarkFailed(ctx, db, id, dead, at, lastErr)
+	if err != nil {
+		return false, err
+	}
+	s.r.t.resolve(id)
+	return ok, nil
+}
+
+// MarkRetry implements core.Store.
+func (s *store) MarkRetry(ctx context.Context, db core.DBTX, owner, id string, next time.Time, lastErr string) (bool, error) {
+	if s.r.t.beginFail(id) {
+		return s.fail(ctx, db, id, false, next, lastErr)
+	}
+	return s.Store.MarkRetry(ctx, db, owner, id, next, lastErr)
+}
+
+// MarkDead implements core.Store.
+func (s *store) MarkDead(ctx context.Context, db core.DBTX, owner, id string, now time.Time, lastErr string) (bool, error) {
+	if s.r.t.beginFail(id) {
+		return s.fail(ctx, db, id, true, now, lastErr)
+	}
+	return s.Store.MarkDead(ctx, db, owner, id, now, lastErr)
+}
+
+// Release implements core.Store: a STREAM event given back is read again.
+func (s *store) Release(ctx context.Context, db core.DBTX, owner string, ids []string) (int64, error) {
+	var rest []string
+	var n int64
+	for _, id := range ids {
+		if s.r.t.owns(id) {
+			s.r.t.giveBack(id)
+			n++
+			continue
+		}
+		rest = append(rest, id)
+	}
+	if n > 0 {
+		s.r.Wake()
+	}
+	if len(rest) == 0 {
+		return n, nil
+	}
+	m, err := s.Store.Release(ctx, db, owner, rest)
+	return n + m, err
+}
+
+// RenewLeases implements core.LeaseRenewer: STREAM events have no lease
+// to lose.
+func (s *store) RenewLeases(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) ([]string, error) {
+	var rest []string
+	for _, id := range ids {
+		if !s.r.t.owns(id) {
+			rest = append(rest, id)
+		}
+	}
+	if len(rest) == 0 {
+		return nil, nil
+	}
+	lr, ok := core.StoreAs[core.LeaseRenewer](s.Store)
+	if !ok {
+		return nil, fmt.Errorf("renew leases: %T cannot renew leases", s.Store)
+	}
+	return lr.RenewLeases(ctx, db, owner, rest, now)
+}
+
+// Hook wraps the dispatcher's writer hook: after commit, it hands on the
+// events of the claim path and the STREAM events whose positions the hot
+// path holds, and leaves the other STREAM events to the reader (another
+// process is the reader, or the hot path was full).
+func (r *Reader) Hook(inner core.LeasingHook) core.LeasingHook { return hook{LeasingHook: inner, r: r} }
+
+type hook struct {
+	core.LeasingHook
+	r *Reader
+}
+
+func (h hook) keep(envs []core.Envelope) []core.Envelope {
+	s := store{r: h.r}
+	out := envs[:0:0]
+	for _, env := range envs {
+		if s.streams(env) && !h.r.t.isHot(env.ID()) {
+			continue
+		}
+		out = append(out, env)
+	}
+	return out
+}
+
+// AfterCommit implements core.WriterHook.
+func (h hook) AfterCommit(ctx context.Context, envs []core.Envelope) error {
+	keep := h.keep(envs)
+	if len(keep) < len(envs) {
+		h.r.Wake()
+	}
+	if len(keep) == 0 {
+		return nil
+	}
+	return h.LeasingHook.AfterCommit(ctx, keep)
+}
+
+// AfterRollback implements core.WriterHook: the hot positions of the
+// transaction are gaps now.
+func (h hook) AfterRollback(ctx context.Context, envs []core.Envelope) error {
+	for _, env := range envs {
+		h.r.t.dropHot(env.ID(), false)
+	}
+	return h.LeasingHook.AfterRollback(ctx, envs)
+}
+
+// PurgeStore returns inner with a Purge that, once inner's batch of DONE
+// and DEAD rows comes back short, deletes delivered STREAM rows (at or
+// below the persisted floor) older than the DONE retention.
+func PurgeStore(inner core.Store, lg Log) core.Store { return purgeStore{Store: inner, lg: lg} }
+
+type purgeStore struct {
+	core.Store
+	lg Log
+}
+
+func (s purgeStore) Unwrap() core.Store { return s.Store }
+
+// Purge implements core.Purger.
+func (s purgeStore) Purge(ctx context.Context, db core.DBTX, p core.PurgeParams) (int64, error) {
+	n, err := s.Store.Purge(ctx, db, p)
+	if err != nil || n >= int64(p.Limit) || p.DoneBefore.IsZero() {
+		return n, err
+	}
+	m, err := s.lg.PurgeStream(ctx, db, p.DoneBefore, p.Limit-int(n))
+	return n + m, err
+}

@@ -1,0 +1,403 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/position"
+)
+
+// PositionSQL is what position delivery needs of a dialect
+// (internal/position and docs/design/position.md).
+type PositionSQL struct {
+	// NextPos is the expression of a new STREAM row's position in its
+	// INSERT, a template (see RenderDDL). It must take positions in commit
+	// order, or leave the reader a way to tell when a smaller position can
+	// no longer commit (Token, Horizon).
+	NextPos string
+	// Token is a select-list expression, as a bigint, read with the rows of
+	// a read: a position the read did not see below the largest it saw may
+	// still commit until Horizon reaches it. "": such a position is final
+	// at once (one writer at a time: SQLite).
+	Token string
+	// Horizon is the query of the smallest token a running transaction may
+	// still hold, and of the token of a read made now. "" with Token "".
+	Horizon string
+	// RowsPerInsert caps the rows of one STREAM INSERT: 1 where NextPos
+	// reads the table (SQLite), so that each row sees the one before.
+	// Default: as many as the insert limits allow.
+	RowsPerInsert int
+}
+
+// positionRelay is the key of a table's row in its position table: one
+// reader per table.
+const positionRelay = "default"
+
+// PositionLog returns the store's position.Log, whose CheckSchema is check,
+// or nil when its dialect has no position delivery.
+func (s *Store) PositionLog(check func(ctx context.Context, db core.DBTX) error) position.Log {
+	if s.d.Position == nil {
+		return nil
+	}
+	l := &posLog{s: s, pt: s.table.PosTable().Quoted(s.d.Quote),
+		nextPos: RenderDDL(s.d.Position.NextPos, s.table, s.d.Quote), check: check}
+	l.insertOne = s.d.rebind("INSERT INTO " + s.qt + " (" + streamInsertCols + ") VALUES " + l.rowValues() +
+		" RETURNING event_id, pos")
+	token := "0"
+	if t := s.d.Position.Token; t != "" {
+		token = t
+	}
+	l.readAfter = s.d.rebind("SELECT " + readCols + ", " + token + " FROM " + s.qt + " WHERE pos > ? AND status = " + stStream +
+		" ORDER BY pos LIMIT ?")
+	l.readKeysAfter = s.d.rebind("SELECT pos, event_id, " + token + " FROM " + s.qt + " WHERE pos > ? AND status = " + stStream +
+		" ORDER BY pos LIMIT ?")
+	return l
+}
+
+// rowValues is the VALUES list of one STREAM row.
+func (l *posLog) rowValues() string {
+	return "(?, ?, ?, ?, ?, ?, ?, " + stStream + ", 0, ?, ?, " + l.nextPos + ")"
+}
+
+// CheckSchema implements position.Log.
+func (l *posLog) CheckSchema(ctx context.Context, db core.DBTX) error { return l.check(ctx, db) }
+
+// PosTable returns the table of the persisted position, schema-qualified
+// when it has a schema.
+func (s *Store) PosTable() string { return s.table.PosTable().String() }
+
+type posLog struct {
+	s       *Store
+	pt      string // quoted position table
+	nextPos string
+	check   func(ctx context.Context, db core.DBTX) error
+	// The statements every write or read runs, built once.
+	insertOne, readAfter, readKeysAfter string
+}
+
+var _ position.Log = (*posLog)(nil)
+
+const streamInsertCols = "event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, " +
+	"status, attempts, available_at, created_at, pos"
+
+// InsertStream implements position.Log.
+func (l *posLog) InsertStream(ctx context.Context, db core.DBTX, envs []core.Envelope) ([]int64, error) {
+	for _, env := range envs {
+		if err := env.Validate(); err != nil {
+			return nil, fmt.Errorf("insert event %s: %w", env.ID(), err)
+		}
+	}
+	s := l.s
+	maxRows := s.maxInsertRows()
+	if n := s.d.Position.RowsPerInsert; n > 0 {
+		maxRows = n
+	}
+	pos := make([]int64, len(envs))
+	var index map[string]int // by id, for the rows of a multi-row INSERT
+	if len(envs) > 1 {
+		index = make(map[string]int, len(envs))
+		for i, env := range envs {
+			index[env.ID()] = i
+		}
+	}
+	var sb strings.Builder
+	var args []any
+	rows, bytes := 0, 0
+	flush := func() error {
+		if rows == 0 {
+			return nil
+		}
+		q := l.insertOne
+		if rows > 1 {
+			sb.WriteString(" RETURNING event_id, pos")
+			q = s.d.rebind(sb.String())
+		}
+		res, err := db.QueryContext(ctx, q, args...)
+		sb.Reset()
+		args, rows, bytes = args[:0], 0, 0
+		if err != nil {
+			return s.wrap("insert events", err)
+		}
+		defer res.Close()
+		for res.Next() {
+			var id string
+			var p int64
+			if err := res.Scan(&id, &p); err != nil {
+				return s.wrap("insert events", err)
+			}
+			if index == nil {
+				pos[0] = p
+			} else if i, ok := index[id]; ok {
+				pos[i] = p
+			}
+		}
+		return s.wrap("insert events", res.Err())
+	}
+	for _, env := range envs {
+		payload, headers, err := rowBody(env)
+		if err != nil {
+			return nil, err
+		}
+		if rows > 0 && (rows == maxRows || bytes+len(payload) > maxInsertBytes) {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+		if rows == 0 {
+			sb.WriteString("INSERT INTO " + s.qt + " (" + streamInsertCols + ") VALUES ")
+		} else {
+			sb.WriteString(", ")
+		}
+		sb.WriteString(l.rowValues())
+		createdAt := s.ts(env.OccurredAt())
+		args = append(args, env.ID(), env.Type(), env.AggregateType(), nullIfEmpty(env.AggregateID()),
+			nullIfEmpty(env.TenantID()), payload, headers, s.tsOr(env.AvailableAt(), env.OccurredAt(), createdAt), createdAt)
+		rows++
+		bytes += len(payload)
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	for i, p := range pos {
+		if p == 0 {
+			return nil, fmt.Errorf("insert events: no position returned for event %s", envs[i].ID())
+		}
+	}
+	return pos, nil
+}
+
+// readCols are the columns of a position read: the event's, then pos.
+const readCols = columns + ", pos"
+
+// ReadAfter implements position.Log.
+func (l *posLog) ReadAfter(ctx context.Context, db core.DBTX, after int64, limit int) ([]position.Row, position.Token, error) {
+	res, err := db.QueryContext(ctx, l.readAfter, after, limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read events after position %d: %w", after, err)
+	}
+	var tok int64
+	out, err := scanPosRows(res, &tok)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read events after position %d: %w", after, err)
+	}
+	return out, position.Token(tok), nil
+}
+
+// ReadKeysAfter implements position.Log.
+func (l *posLog) ReadKeysAfter(ctx context.Context, db core.DBTX, after int64, limit int) ([]position.Row, position.Token, error) {
+	res, err := db.QueryContext(ctx, l.readKeysAfter, after, limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read positions after %d: %w", after, err)
+	}
+	defer res.Close()
+	var out []position.Row
+	var tok int64
+	for res.Next() {
+		var r position.Row
+		if err := res.Scan(&r.Pos, &r.ID, &tok); err != nil {
+			return nil, 0, fmt.Errorf("read positions after %d: %w", after, err)
+		}
+		out = append(out, r)
+	}
+	if err := res.Err(); err != nil {
+		return nil, 0, fmt.Errorf("read positions after %d: %w", after, err)
+	}
+	return out, position.Token(tok), nil
+}
+
+// maxRangesPerRead bounds the ranges of one ReadRanges statement.
+const maxRangesPerRead = 64
+
+// ReadRanges implements position.Log.
+func (l *posLog) ReadRanges(ctx context.Context, db core.DBTX, rs []position.Range) ([]position.Row, error) {
+	s := l.s
+	var out []position.Row
+	for len(rs) > 0 {
+		n := min(len(rs), maxRangesPerRead)
+		var sb strings.Builder
+		args := make([]any, 0, 2*n)
+		sb.WriteString("SELECT " + readCols + " FROM " + s.qt + " WHERE status = " + stStream + " AND (")
+		for i, r := range rs[:n] {
+			if i > 0 {
+				sb.WriteString(" OR ")
+			}
+			sb.WriteString("pos BETWEEN ? AND ?")
+			args = append(args, r.Lo, r.Hi)
+		}
+		sb.WriteString(") ORDER BY pos")
+		res, err := db.QueryContext(ctx, s.d.rebind(sb.String()), args...)
+		if err != nil {
+			return nil, fmt.Errorf("read events in open positions: %w", err)
+		}
+		rows, err := scanPosRows(res, nil)
+		if err != nil {
+			return nil, fmt.Errorf("read events in open positions: %w", err)
+		}
+		out = append(out, rows...)
+		rs = rs[n:]
+	}
+	return out, nil
+}
+
+// scanPosRows reads rows of readCols, and the token after them when tok is
+// not nil.
+func scanPosRows(rows *sql.Rows, tok *int64) ([]position.Row, error) {
+	defer rows.Close()
+	var out []position.Row
+	var r row
+	var pos int64
+	dest := append(r.dest(), &pos)
+	if tok != nil {
+		dest = append(dest, tok)
+	}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return nil, fmt.Errorf("scan event: %w", err)
+		}
+		ev, err := r.decode()
+		if err != nil {
+			out = append(out, position.Row{Pos: pos, ID: r.id, Err: err})
+			continue
+		}
+		out = append(out, position.Row{Pos: pos, ID: r.id, Event: ev})
+	}
+	return out, rows.Err()
+}
+
+// Horizon implements position.Log.
+func (l *posLog) Horizon(ctx context.Context, db core.DBTX) (position.Token, position.Token, error) {
+	h := l.s.d.Position.Horizon
+	if h == "" {
+		return position.Token(^uint64(0)), 0, nil
+	}
+	var horizon, now int64
+	if err := db.QueryRowContext(ctx, h).Scan(&horizon, &now); err != nil {
+		return 0, 0, fmt.Errorf("read the transaction horizon: %w", err)
+	}
+	return position.Token(horizon), position.Token(now), nil
+}
+
+// ClaimState implements position.Log.
+func (l *posLog) ClaimState(ctx context.Context, db core.DBTX, owner string, now time.Time) (position.State, error) {
+	s := l.s
+	var st position.State
+	err := inTx(ctx, db, func(tx core.DBTX) error {
+		if _, err := tx.ExecContext(ctx, s.d.rebind("INSERT INTO "+l.pt+" (relay, floor_pos, cursor_pos, open_pos, owner, updated_at) "+
+			"VALUES (?, 0, 0, '[]', ?, ?) ON CONFLICT (relay) DO NOTHING"), positionRelay, owner, s.ts(now)); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, s.d.rebind("UPDATE "+l.pt+" SET owner = ?, updated_at = ? WHERE relay = ?"),
+			owner, s.ts(now), positionRelay); err != nil {
+			return err
+		}
+		var err error
+		st, err = l.load(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return position.State{}, fmt.Errorf("take the position of %s: %w", s.table, err)
+	}
+	return st, nil
+}
+
+// LoadState implements position.Log.
+func (l *posLog) LoadState(ctx context.Context, db core.DBTX) (position.State, error) {
+	st, err := l.load(ctx, db)
+	if errors.Is(err, sql.ErrNoRows) {
+		return position.State{}, nil
+	}
+	if err != nil {
+		return position.State{}, fmt.Errorf("read the position of %s: %w", l.s.table, err)
+	}
+	return st, nil
+}
+
+func (l *posLog) load(ctx context.Context, db core.DBTX) (position.State, error) {
+	var st position.State
+	var open string
+	var at nullTime
+	err := db.QueryRowContext(ctx, l.s.d.rebind("SELECT floor_pos, cursor_pos, open_pos, owner, updated_at FROM "+l.pt+
+		" WHERE relay = ?"), positionRelay).Scan(&st.Floor, &st.Cursor, &open, &st.Owner, &at)
+	if err != nil {
+		return st, err
+	}
+	st.UpdatedAt = at.Time
+	if st.Open, err = decodeRanges(open); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// SaveState implements position.Log.
+func (l *posLog) SaveState(ctx context.Context, db core.DBTX, owner string, st position.State, now time.Time) (bool, error) {
+	s := l.s
+	n, err := s.exec(ctx, db, "UPDATE "+l.pt+" SET floor_pos = ?, cursor_pos = ?, open_pos = ?, updated_at = ? "+
+		"WHERE relay = ? AND owner = ?", st.Floor, st.Cursor, encodeRanges(st.Open), s.ts(now), positionRelay, owner)
+	if err != nil {
+		return false, fmt.Errorf("save the position of %s: %w", s.table, err)
+	}
+	return n == 1, nil
+}
+
+// MarkFailed implements position.Log.
+func (l *posLog) MarkFailed(ctx context.Context, db core.DBTX, id string, dead bool, at time.Time, lastErr string) (bool, error) {
+	s := l.s
+	q := "UPDATE " + s.qt + " SET status = " + stRetry + ", attempts = attempts + 1, available_at = ?, last_error = ? " +
+		"WHERE event_id = ? AND status = " + stStream
+	if dead {
+		q = "UPDATE " + s.qt + " SET status = " + stDead + ", attempts = attempts + 1, done_at = ?, last_error = ? " +
+			"WHERE event_id = ? AND status = " + stStream
+	}
+	n, err := s.exec(ctx, db, q, s.ts(at), core.TruncateError(lastErr), id)
+	if err != nil {
+		return false, s.wrap("mark stream event failed", err)
+	}
+	return n == 1, nil
+}
+
+// PurgeStream implements position.Log: the rows below the floor in
+// position order, through the stream index.
+func (l *posLog) PurgeStream(ctx context.Context, db core.DBTX, before time.Time, limit int) (int64, error) {
+	s := l.s
+	sub := "SELECT event_id FROM " + s.qt + " WHERE pos IS NOT NULL AND pos <= (SELECT floor_pos FROM " + l.pt +
+		" WHERE relay = ?) AND status = " + stStream + " AND created_at < ? ORDER BY pos LIMIT ?"
+	n, err := s.exec(ctx, db, "DELETE FROM "+s.qt+" WHERE "+s.d.idsIn(sub), positionRelay, s.ts(before), limit)
+	return n, s.wrap("purge delivered stream events", err)
+}
+
+// encodeRanges writes rs as JSON pairs: [[lo,hi],...].
+func encodeRanges(rs []position.Range) string {
+	var b strings.Builder
+	b.WriteByte('[')
+	for i, r := range rs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('[')
+		b.WriteString(strconv.FormatInt(r.Lo, 10))
+		b.WriteByte(',')
+		b.WriteString(strconv.FormatInt(r.Hi, 10))
+		b.WriteByte(']')
+	}
+	b.WriteByte(']')
+	return b.String()
+}
+
+func decodeRanges(s string) ([]position.Range, error) {
+	var pairs [][2]int64
+	if err := json.Unmarshal([]byte(s), &pairs); err != nil {
+		return nil, fmt.Errorf("open positions %q: %w", s, err)
+	}
+	rs := make([]position.Range, len(pairs))
+	for i, p := range pairs {
+		rs[i] = position.Range{Lo: p[0], Hi: p[1]}
+	}
+	return rs, nil
+}

@@ -1,0 +1,44 @@
+package postgres
+
+import (
+	"context"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/position"
+	"github.com/outboxkit/outbox/store/internal/schemacheck"
+	"github.com/outboxkit/outbox/store/internal/sqlstore"
+)
+
+// positionSQL: positions from a sequence, gaps final by transaction ids.
+//
+// A position is taken by nextval when the INSERT runs, not when it
+// commits, so a smaller position can commit after a larger one. A read
+// takes pg_snapshot_xmax of its snapshot as the token of the positions it
+// did not see below the largest it saw: each of them was taken before a
+// position the read saw committed, so before the read, by a transaction
+// that already had its id, since the INSERT asks for the id first (the
+// CASE below evaluates pg_current_xact_id() before nextval, and assigns an
+// id to a transaction that has none yet). That id is below the read's
+// xmax. Once pg_snapshot_xmin of a later snapshot reaches the token, every
+// such transaction has ended: a position not found by a read made after
+// that is final (rolled back). docs/design/position.md has the argument.
+var positionSQL = &sqlstore.PositionSQL{
+	NextPos: `CASE WHEN pg_current_xact_id() IS NOT NULL THEN nextval('{{posseq}}') END`,
+	Token:   "pg_snapshot_xmax(pg_current_snapshot())::text::bigint",
+	Horizon: "SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint FROM pg_current_snapshot() s",
+}
+
+// PositionLog returns the store side of position delivery
+// (outbox.DeliveryPosition), for package outbox; nil on a partitioned
+// table, where position delivery does not run yet.
+func (s *Store) PositionLog() position.Log { return s.shared.PositionLog(s.checkPosition) }
+
+// checkPosition is the schema check of a table used by position delivery.
+func (s *Store) checkPosition(ctx context.Context, db core.DBTX) error {
+	return schemacheck.Check(ctx, db, s.schemaTarget(true))
+}
+
+// PosTable returns the table of the persisted position of position
+// delivery, schema-qualified when it has a schema: the table's name with
+// "_pos" appended.
+func (s *Store) PosTable() string { return s.shared.PosTable() }
