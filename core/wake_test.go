@@ -145,3 +145,51 @@ func TestWriterNotifiesOncePerTransaction(t *testing.T) {
 		}
 	}
 }
+
+// notifyingOrdered is notifying over an ordered store.
+type notifyingOrdered struct {
+	notifying
+	core.OrderedStore
+}
+
+func (n *notifyingOrdered) Unwrap() core.Store { return n.notifying.Store }
+
+// TestWriterNotifiesNoWaitingWrite: a write whose events are all stored
+// WAITING behind an earlier event of their key sends no notification (no
+// claim reads them; the key's finisher promotes and delivers them); a write
+// that starts a key does.
+func TestWriterNotifiesNoWaitingWrite(t *testing.T) {
+	t.Parallel()
+	tg := testdb.SQLite(t)
+	ord, ok := core.StoreAs[core.OrderedStore](tg.Ordered)
+	if !ok {
+		t.Fatalf("%T is not ordered", tg.Ordered)
+	}
+	n := &notifyingOrdered{notifying: notifying{Store: tg.Ordered}, OrderedStore: ord}
+	w, err := core.NewWriter(core.WriterConfig{Store: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i, want := range []int32{1, 1} { // the key's head, then an event waiting behind it
+		tx, err := tg.DB.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := core.NewEnvelope(core.EnvelopeSpec{Type: core.EventName("Placed"), AggregateType: core.AggregateName("Order"),
+			AggregateID: "k", JSON: []byte(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.WriteTx(ctx, tx, e); err != nil {
+			_ = tx.Rollback()
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		if got := n.calls.Load(); got != want {
+			t.Fatalf("after write %d: %d notifications, want %d", i+1, got, want)
+		}
+	}
+}

@@ -302,8 +302,13 @@ func (w *Writer) write(ctx context.Context, db DBTX, envs []Envelope) ([]string,
 	// reaches them only once the rows are committed and visible to their
 	// claims, and never for a transaction that rolls back. Leased events
 	// need none: the hot path delivers them, and no poller could claim them
-	// before their lease expires.
-	if w.notifier != nil && opts.LeaseOwner == "" {
+	// before their lease expires. Nor do ordered events stored WAITING,
+	// which no claim reads: each becomes NEW when its key's previous event
+	// finishes, leased by the finisher, which delivers it. A write of
+	// WAITING events only sends no signal, so that its transaction does
+	// not queue for PostgreSQL's NOTIFY lock at commit while it holds its
+	// keys' rows, which the keys' finishers wait for.
+	if w.notifier != nil && opts.LeaseOwner == "" && len(waiting) < len(envs) {
 		if err := w.notify(ctx, db); err != nil {
 			return nil, fmt.Errorf("write events: %w", err)
 		}

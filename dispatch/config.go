@@ -102,7 +102,9 @@ type Config struct {
 	// written. Longer lingers mean fewer, larger statements and commits
 	// under a full write load, at the cost of holding each event in flight
 	// a little longer; docs/design/dispatcher.md#alternatives-measured has the measurements behind the
-	// default. Default 5ms.
+	// default. An ordered event's DONE (core.OrderedStore) does not
+	// linger: its key's next delivery waits for it, so a batch that holds
+	// one is written at once with what has arrived. Default 5ms.
 	DoneBatchLinger time.Duration
 	// DeleteDelivered deletes each delivered event's row instead of marking
 	// it DONE, in the same batches. Store must implement core.DoneDeleter

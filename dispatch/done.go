@@ -15,6 +15,12 @@ import (
 // not yet written is never accepted again. A failed write is kept for the
 // write-back retry (see writeback.go).
 //
+// An ordered event's DONE does not linger: the key's next event is
+// delivered only once it is written (core.OrderedStore promotes it in the
+// same transaction), so a batch that holds one, or takes one in while it
+// lingers, is written at once with what has already arrived. Batches of
+// ordered outcomes still grow while a write is under way.
+//
 // The channel is bounded (2*DoneBatchSize, at least 1024 ops, no payloads):
 // when the database falls behind, workers block in add, stop taking events,
 // and the queues fill up and refuse further ones, which then wait in the
@@ -43,6 +49,12 @@ func newDoneBatcher(d *Dispatcher, what string) *doneBatcher {
 	}
 }
 
+// urgent reports whether op's DONE is not to linger: that of an ordered
+// event, whose key's next delivery waits for it.
+func (b *doneBatcher) urgent(op writeOp) bool {
+	return b.d.ordered != nil && op.kind == writeDone && op.e.seq != 0
+}
+
 // add hands over a delivered event's DONE; it blocks while the batcher is
 // full.
 func (b *doneBatcher) add(op writeOp) { b.in <- op }
@@ -63,9 +75,26 @@ func (b *doneBatcher) run(ctx context.Context) {
 		}
 		batch = append(batch[:0], op)
 		closed := false
-		linger.Reset(b.linger)
+		urgent := b.urgent(op)
+		if !urgent {
+			linger.Reset(b.linger)
+		}
 	collect:
 		for len(batch) < b.size {
+			if urgent {
+				// What has arrived, without waiting for more.
+				select {
+				case op, ok := <-b.in:
+					if !ok {
+						closed = true
+						break collect
+					}
+					batch = append(batch, op)
+					continue
+				default:
+					break collect
+				}
+			}
 			select {
 			case op, ok := <-b.in:
 				if !ok {
@@ -73,6 +102,7 @@ func (b *doneBatcher) run(ctx context.Context) {
 					break collect
 				}
 				batch = append(batch, op)
+				urgent = b.urgent(op)
 			case <-linger.C:
 				break collect
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/dispatch"
 	"github.com/outboxkit/outbox/internal/testsupport/ordercheck"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/internal/testsupport/testnode"
@@ -97,4 +98,31 @@ func TestOrderedDelivery(t *testing.T) {
 			t.Fatalf("%d events written, want %d", len(all), total)
 		}
 	})
+}
+
+// TestOrderedDoneDoesNotLinger: an ordered event's DONE, which its key's
+// next delivery waits for, is written at once, not after the batch linger:
+// with a linger of an hour, three events of one key written in one
+// transaction are still delivered one after the other.
+func TestOrderedDoneDoesNotLinger(t *testing.T) {
+	t.Parallel()
+	tg := testdb.SQLite(t)
+	tg.Store = tg.Ordered
+	rec := testnode.NewDeliveryLog()
+	reg := registry(t, func(_ context.Context, ev core.Event) error {
+		rec.Record(ev.ID())
+		return nil
+	})
+	node := startNode(t, tg, tg.DB, reg, testnode.Options{Dispatch: func(c *dispatch.Config) { c.DoneBatchLinger = time.Hour }})
+	var envs []core.Envelope
+	for i := range 3 {
+		e, err := core.NewEnvelope(core.EnvelopeSpec{ID: fmt.Sprintf("k-%d", i+1), Type: orderPlaced, AggregateType: orders,
+			AggregateID: "k", JSON: []byte(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, e)
+	}
+	write(t, node, envs...)
+	waitCalls(t, tg, rec, "k-3", 1)
 }

@@ -131,3 +131,10 @@ func TestDoneWaitsForWriterOfKey(t *testing.T) {
 		t.Fatalf("mark done A-1: n=%d promoted=%v err=%v, want A-2 promoted, leased by %s", r.n, r.promoted, r.err, owner)
 	}
 }
+
+// TestDoneBatchPassesHeldKey: a DONE batch finishes the keys whose rows it
+// can lock at once without waiting for a writer of another key.
+func TestDoneBatchPassesHeldKey(t *testing.T) {
+	t.Parallel()
+	testdb.DoneBatchPassesHeldKey(t, testdb.Postgres(t))
+}

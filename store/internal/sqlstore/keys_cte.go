@@ -3,6 +3,8 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,16 +17,16 @@ import (
 // common ordered write and the DONE batch, each then mostly one statement.
 type cteKeys struct {
 	returningKeys
-	insert1   string // insertSQL(1, 1), the common write
-	done      string // markDone
-	readByIDs string // markDone: the rows of an array of ids
+	insert1  string // insertSQL(1, 1), the common write
+	doneSkip string // markDone, not waiting for key rows
+	doneWait string // markDone, waiting for them
 }
 
 func newCTEKeys(s *Store) *cteKeys {
 	k := &cteKeys{returningKeys: *newReturningKeys(s)}
 	k.insert1 = k.insertSQL(1, 1)
-	k.done = k.doneSQL()
-	k.readByIDs = s.d.rebind("SELECT " + columns + " FROM " + s.qt + " WHERE event_id = ANY (?::text[])")
+	k.doneSkip = k.doneSQL(false)
+	k.doneWait = k.doneSQL(true)
 	return k
 }
 
@@ -152,56 +154,77 @@ func (k *cteKeys) insertSQL(nkeys, nenvs int) string {
 // markDone implements keyStrategy with finish for DONE outcomes, then
 // advance, mostly in one statement instead of five. It marks the rows of
 // ids owner still leases DONE and, in data-modifying CTEs fed by the rows it
-// marked, locks their keys' rows in key order, moves each key from done_seq
-// through the run of finished seqs that follows it without a gap (runs found
-// as gaps-and-islands: seq minus its rank within the key is constant along a
-// run), and promotes each moved key's next event if the statement's
-// snapshot sees it WAITING. It returns how many rows it marked, and per
-// moved key its new done_seq, its last_seq and the id of the event it
-// promoted, if any.
+// marked, moves each key from done_seq through the run of finished seqs that
+// follows it without a gap (runs found as gaps-and-islands: seq minus its
+// rank within the key is constant along a run), and promotes each moved
+// key's next event if the statement's snapshot sees it WAITING, returning
+// the promoted rows. It returns how many rows it marked, per moved key its
+// new done_seq and its last_seq, and the promoted events.
 //
-// A key whose lock it waited for, held by a writer that then committed the
-// key's next event, shows that event in last_seq (the row's latest
-// version, which the lock returns) but not in the statement's snapshot: the
-// promotion of those keys' next events is a second statement, whose
-// snapshot sees it. The promoted events are read back (a third statement,
-// only when the first promoted some), to be delivered.
-func (k *cteKeys) markDone(ctx context.Context, tx core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
+// Unless wait, it first locks the key rows of the leased rows of ids in key
+// order with SKIP LOCKED, before it marks anything, and marks only the rows
+// of the keys it locked and the unordered ones: a key row held by another
+// transaction (a writer of the key, until it commits, or another DONE
+// batch) is passed, and the ids of its rows returned as busy. With wait, it
+// marks every row first, then locks their keys' rows in key order, waiting
+// for each (the old order, for the busy keys of a first call).
+//
+// A key whose writer committed after the statement's snapshot was taken
+// but before its lock shows that writer's events in last_seq (the row's
+// latest version, which the lock returns) but not in the statement's
+// snapshot: the promotion of those keys' next events is a second statement,
+// whose snapshot sees them.
+func (k *cteKeys) markDone(ctx context.Context, tx core.DBTX, owner string, ids []string, now, leaseAt time.Time, wait bool) (int64, []core.Event, []string, error) {
 	s := k.s
-	at := s.ts(now)
-	rows, err := tx.QueryContext(ctx, k.done, at, owner, ids, at, owner, at)
+	at, lat := s.ts(now), s.ts(leaseAt)
+	q, args := k.doneSkip, []any{owner, ids, at, owner, ids, at, owner, lat}
+	if wait {
+		q, args = k.doneWait, []any{at, owner, ids, at, owner, lat}
+	}
+	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	var n int64
-	var promotedIDs []string
+	var out []core.Event
+	var busy []string
 	promotedKeys := map[orderKey]bool{}
 	var next []seqRun // keys moved with events after done_seq, to done_seq
+	var (
+		kind              int
+		count, done, last sql.NullInt64
+		aggType, aggID    sql.NullString
+		r                 row
+	)
+	dest := append([]any{&kind, &count, &aggType, &aggID, &done, &last}, r.dest()...)
 	for rows.Next() {
-		var aggType, aggID, promoted sql.NullString
-		var count, done, last sql.NullInt64
-		if err := rows.Scan(&count, &aggType, &aggID, &done, &last, &promoted); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			rows.Close()
-			return 0, nil, err
+			return 0, nil, nil, err
 		}
-		key := orderKey{aggType.String, aggID.String}
-		switch {
-		case promoted.Valid: // a row of p
-			promotedIDs = append(promotedIDs, promoted.String)
-			promotedKeys[key] = true
-			continue
-		case count.Valid:
+		switch kind {
+		case doneRowPromoted:
+			ev, err := r.decode()
+			if err != nil {
+				rows.Close()
+				return 0, nil, nil, core.RowError{ID: r.id, Err: err}
+			}
+			out = append(out, ev)
+			promotedKeys[orderKey{ev.AggregateType(), ev.AggregateID()}] = true
+		case doneRowBusy:
+			busy = append(busy, r.id)
+		default:
 			n = count.Int64
-		}
-		if done.Valid && last.Int64 > done.Int64 {
-			next = append(next, seqRun{key, done.Int64 - 1, done.Int64})
+			if done.Valid && last.Int64 > done.Int64 {
+				next = append(next, seqRun{orderKey{aggType.String, aggID.String}, done.Int64 - 1, done.Int64})
+			}
 		}
 	}
 	if err := rows.Close(); err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	if err := rows.Err(); err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	var behind []seqRun // keys whose next event the snapshot did not see
 	for _, r := range next {
@@ -209,44 +232,84 @@ func (k *cteKeys) markDone(ctx context.Context, tx core.DBTX, owner string, ids 
 			behind = append(behind, r)
 		}
 	}
-	var out []core.Event
-	if len(promotedIDs) > 0 {
-		evs, err := s.scanAll(tx.QueryContext(ctx, k.readByIDs, promotedIDs))
-		if err != nil {
-			return 0, nil, err
-		}
-		out = evs
-	}
 	if len(behind) > 0 {
-		evs, err := k.promote(ctx, tx, behind, owner, at)
+		evs, err := k.promote(ctx, tx, behind, owner, lat)
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, nil, err
 		}
 		out = append(out, evs...)
 	}
-	return n, out, nil
+	slices.Sort(busy)
+	return n, out, slices.Compact(busy), nil
 }
 
-// doneSQL returns the statement of markDone; arguments: the DONE
-// time, the lease owner, the ids as an array, the time again for the key
-// rows, then the owner and time of the promoted events' lease.
-func (k *cteKeys) doneSQL() string {
+// The kinds of the rows the statements of markDone return (their first
+// column).
+const (
+	doneRowKey      = 0 // the count of marked rows, and a moved key, if any
+	doneRowPromoted = 1 // a promoted event
+	doneRowBusy     = 2 // the id of a row left for a key row another transaction held
+)
+
+// doneSQL returns the statement of markDone; arguments, with wait: the
+// DONE time, the lease owner, the ids as an array, the time again for the
+// key rows, then the owner and time of the promoted events' lease; without:
+// the lease owner and the ids, then the same. Each row it returns is one of
+// doneRowKey, doneRowPromoted and doneRowBusy: the kind, the count of
+// marked rows, a moved key's type, id, done_seq and last_seq, then the
+// columns of a promoted event (placeholders but for the event id of a busy
+// row).
+func (k *cteKeys) doneSQL(wait bool) string {
 	s := k.s
 	kt := s.table.KeyTable().Quoted(s.d.Quote)
-	return s.d.rebind("WITH d AS (UPDATE " + s.qt + " SET status = " + stDone + ", done_at = ?, locked_by = NULL, locked_at = NULL " +
-		"WHERE locked_by = ? AND " + notTerminal + " AND event_id = ANY (?::text[]) RETURNING aggregate_type, aggregate_id, seq), " +
-		"f AS (SELECT aggregate_type, aggregate_id, seq, seq - row_number() OVER (PARTITION BY aggregate_type, aggregate_id ORDER BY seq) AS run " +
-		"FROM d WHERE seq IS NOT NULL AND aggregate_id IS NOT NULL), " +
-		"r AS (SELECT aggregate_type, aggregate_id, min(seq) - 1 AS from_seq, max(seq) AS to_seq FROM f GROUP BY aggregate_type, aggregate_id, run), " +
-		"l AS (SELECT k.aggregate_type, k.aggregate_id, r.from_seq, r.to_seq FROM " + kt + " k JOIN r ON k.aggregate_type = r.aggregate_type AND k.aggregate_id = r.aggregate_id " +
-		"ORDER BY k.aggregate_type, k.aggregate_id FOR UPDATE OF k), " +
-		"u AS (UPDATE " + kt + " k SET done_seq = l.to_seq, updated_at = ? FROM l " +
-		"WHERE k.aggregate_type = l.aggregate_type AND k.aggregate_id = l.aggregate_id AND k.done_seq = l.from_seq " +
+	const (
+		ordered = "seq IS NOT NULL AND aggregate_id IS NOT NULL"
+		// The event columns of a row that is not a promoted event.
+		filler = ", '', '', NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL"
+	)
+	done := "UPDATE " + s.qt + " SET status = " + stDone + ", done_at = ?, locked_by = NULL, locked_at = NULL " +
+		"WHERE locked_by = ? AND " + notTerminal + " AND event_id = ANY (?::text[])"
+	var sb strings.Builder
+	sb.WriteString("WITH ")
+	if !wait {
+		sb.WriteString("c AS (SELECT event_id, aggregate_type, aggregate_id, seq FROM " + s.qt +
+			" WHERE locked_by = ? AND " + notTerminal + " AND event_id = ANY (?::text[])), " +
+			"l AS (SELECT k.aggregate_type, k.aggregate_id FROM " + kt + " k " +
+			"WHERE (k.aggregate_type, k.aggregate_id) IN (SELECT aggregate_type, aggregate_id FROM c WHERE " + ordered + ") " +
+			"ORDER BY k.aggregate_type, k.aggregate_id FOR UPDATE OF k SKIP LOCKED), " +
+			"d AS (" + done + " AND (seq IS NULL OR aggregate_id IS NULL OR (aggregate_type, aggregate_id) IN (SELECT aggregate_type, aggregate_id FROM l)) " +
+			"RETURNING aggregate_type, aggregate_id, seq), ")
+	} else {
+		sb.WriteString("d AS (" + done + " RETURNING aggregate_type, aggregate_id, seq), ")
+	}
+	sb.WriteString("f AS (SELECT aggregate_type, aggregate_id, seq, seq - row_number() OVER (PARTITION BY aggregate_type, aggregate_id ORDER BY seq) AS run " +
+		"FROM d WHERE " + ordered + "), " +
+		"r AS (SELECT aggregate_type, aggregate_id, min(seq) - 1 AS from_seq, max(seq) AS to_seq FROM f GROUP BY aggregate_type, aggregate_id, run), ")
+	if wait {
+		sb.WriteString("w AS (SELECT k.aggregate_type, k.aggregate_id, r.from_seq, r.to_seq FROM " + kt + " k JOIN r ON k.aggregate_type = r.aggregate_type AND k.aggregate_id = r.aggregate_id " +
+			"ORDER BY k.aggregate_type, k.aggregate_id FOR UPDATE OF k), ")
+	} else {
+		// The key rows of r are locked already (l).
+		sb.WriteString("w AS (SELECT aggregate_type, aggregate_id, from_seq, to_seq FROM r), ")
+	}
+	sb.WriteString("u AS (UPDATE " + kt + " k SET done_seq = w.to_seq, updated_at = ? FROM w " +
+		"WHERE k.aggregate_type = w.aggregate_type AND k.aggregate_id = w.aggregate_id AND k.done_seq = w.from_seq " +
 		"RETURNING k.aggregate_type, k.aggregate_id, k.done_seq, k.last_seq), " +
 		"p AS (UPDATE " + s.qt + " e SET status = " + stNew + ", locked_by = ?, locked_at = ? FROM u " +
 		"WHERE e.aggregate_type = u.aggregate_type AND e.aggregate_id = u.aggregate_id AND e.seq = u.done_seq + 1 AND e.status = " + stWaiting + " " +
-		"RETURNING e.event_id, e.aggregate_type, e.aggregate_id) " +
-		"SELECT (SELECT count(*) FROM d), u.aggregate_type, u.aggregate_id, u.done_seq, u.last_seq, NULL " +
-		"FROM (VALUES (1)) AS one LEFT JOIN u ON true " +
-		"UNION ALL SELECT NULL, aggregate_type, aggregate_id, NULL, NULL, event_id FROM p")
+		"RETURNING " + prefixed("e.", columns) + ") " +
+		"SELECT " + strconv.Itoa(doneRowPromoted) + ", NULL::bigint, NULL::text, NULL::text, NULL::bigint, NULL::bigint, " + columns + " FROM p " +
+		"UNION ALL SELECT " + strconv.Itoa(doneRowKey) + ", (SELECT count(*) FROM d), u.aggregate_type, u.aggregate_id, u.done_seq, u.last_seq, ''" + filler + " " +
+		"FROM (VALUES (1)) AS one LEFT JOIN u ON true")
+	if !wait {
+		sb.WriteString(" UNION ALL SELECT " + strconv.Itoa(doneRowBusy) + ", NULL, NULL, NULL, NULL, NULL, event_id" + filler + " FROM c " +
+			"WHERE " + ordered + " AND (aggregate_type, aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM l)")
+	}
+	return s.d.rebind(sb.String())
+}
+
+// prefixed returns the comma-separated list cols with each column prefixed
+// by alias.
+func prefixed(alias, cols string) string {
+	return alias + strings.ReplaceAll(cols, ", ", ", "+alias)
 }

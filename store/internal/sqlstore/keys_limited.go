@@ -61,9 +61,11 @@ func (k *limitedKeys) takeSeqs(ctx context.Context, db core.DBTX, key orderKey, 
 	return last, id%2 == 1, nil
 }
 
-// markDone implements keyStrategy with finish and advance.
-func (k *limitedKeys) markDone(ctx context.Context, tx core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
-	return k.s.finish(ctx, tx, owner, ids, now, doneSet, []any{k.s.ts(now)}, everyKey)
+// markDone implements keyStrategy with finish and advance, in one
+// transaction that waits for the key rows (it has no first pass).
+func (k *limitedKeys) markDone(ctx context.Context, tx core.DBTX, owner string, ids []string, now, leaseAt time.Time, _ bool) (int64, []core.Event, []string, error) {
+	n, promoted, err := k.s.finish(ctx, tx, owner, ids, now, leaseAt, doneSet, []any{k.s.ts(now)}, everyKey)
+	return n, promoted, nil, err
 }
 
 // advance implements keyStrategy in two statements per keyChunk keys
@@ -80,7 +82,8 @@ func (k *limitedKeys) markDone(ctx context.Context, tx core.DBTX, owner string, 
 // with every moved key finished up to its last event (a key's events
 // delivered as they are written), the batch takes one statement fewer per
 // chunk.
-func (k *limitedKeys) advance(ctx context.Context, tx core.DBTX, fs []finished, owner string, now time.Time) ([]core.Event, error) {
+func (k *limitedKeys) advance(ctx context.Context, tx core.DBTX, fs []finished, owner string, now, leaseAt time.Time) ([]core.Event, error) {
+	began := time.Now()
 	var runs []seqRun
 	for _, f := range fs {
 		if n := len(runs); n > 0 && runs[n-1].key == f.key && runs[n-1].to+1 == f.seq {
@@ -102,7 +105,8 @@ func (k *limitedKeys) advance(ctx context.Context, tx core.DBTX, fs []finished, 
 	if len(waiting) == 0 {
 		return nil, nil
 	}
-	by, lockedAt := k.s.promotionLease(owner, now)
+	// Stamped after the key UPDATEs, which may have waited for writers.
+	by, lockedAt := k.s.promotionLease(owner, leaseAt.Add(time.Since(began)))
 	var promoted []core.Event
 	for _, chunk := range waiting {
 		evs, err := k.promote(ctx, tx, chunk, by, lockedAt)

@@ -38,9 +38,11 @@ func (k *returningKeys) takeSeqs(ctx context.Context, db core.DBTX, key orderKey
 	return last, done == last-int64(n), err
 }
 
-// markDone implements keyStrategy with finish and advance.
-func (k *returningKeys) markDone(ctx context.Context, tx core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
-	return k.s.finish(ctx, tx, owner, ids, now, doneSet, []any{k.s.ts(now)}, everyKey)
+// markDone implements keyStrategy with finish and advance, in one
+// transaction that waits for the key rows (it has no first pass).
+func (k *returningKeys) markDone(ctx context.Context, tx core.DBTX, owner string, ids []string, now, leaseAt time.Time, _ bool) (int64, []core.Event, []string, error) {
+	n, promoted, err := k.s.finish(ctx, tx, owner, ids, now, leaseAt, doneSet, []any{k.s.ts(now)}, everyKey)
+	return n, promoted, nil, err
 }
 
 // advance implements keyStrategy: per keyChunk keys, in key order, three
@@ -50,11 +52,11 @@ func (k *returningKeys) markDone(ctx context.Context, tx core.DBTX, owner string
 // rows of writers that held a key's lock until they committed, one UPDATE
 // promoting the next events, which it leaves out when no moved key has an
 // event after its new done_seq (the read returns last_seq too).
-func (k *returningKeys) advance(ctx context.Context, tx core.DBTX, fs []finished, owner string, now time.Time) ([]core.Event, error) {
+func (k *returningKeys) advance(ctx context.Context, tx core.DBTX, fs []finished, owner string, now, leaseAt time.Time) ([]core.Event, error) {
 	var promoted []core.Event
 	for len(fs) > 0 {
 		n := keyPrefix(fs, keyChunk)
-		p, err := k.advanceKeys(ctx, tx, fs[:n], owner, now)
+		p, err := k.advanceKeys(ctx, tx, fs[:n], owner, now, leaseAt)
 		if err != nil {
 			return nil, err
 		}
@@ -66,7 +68,7 @@ func (k *returningKeys) advance(ctx context.Context, tx core.DBTX, fs []finished
 
 // advanceKeys is advance for fs, sorted by key and seq, of at most keyChunk
 // keys.
-func (k *returningKeys) advanceKeys(ctx context.Context, tx core.DBTX, fs []finished, owner string, now time.Time) ([]core.Event, error) {
+func (k *returningKeys) advanceKeys(ctx context.Context, tx core.DBTX, fs []finished, owner string, now, leaseAt time.Time) ([]core.Event, error) {
 	s := k.s
 	var keys []orderKey
 	for i, f := range fs {
@@ -145,7 +147,7 @@ func (k *returningKeys) advanceKeys(ctx context.Context, tx core.DBTX, fs []fini
 	if !slices.ContainsFunc(moves, func(m seqRun) bool { return seqs[m.key][1] > m.to }) {
 		return nil, nil
 	}
-	by, lockedAt := s.promotionLease(owner, now)
+	by, lockedAt := s.promotionLease(owner, leaseAt)
 	return k.promote(ctx, tx, moves, by, lockedAt)
 }
 

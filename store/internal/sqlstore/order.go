@@ -204,16 +204,20 @@ type keyStrategy interface {
 	takeSeqs(ctx context.Context, db core.DBTX, k orderKey, n int, now any) (last int64, head bool, err error)
 	// markDone marks DONE the rows of ids (sorted, distinct) owner still
 	// leases, in tx, moves their keys and promotes the keys' next events,
-	// leased by owner; it returns how many rows it marked and the promoted
-	// events.
-	markDone(ctx context.Context, tx core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error)
+	// leased by owner at leaseAt; it returns how many rows it marked and
+	// the promoted events. Unless wait, KeysWritableCTE waits for no key
+	// row another transaction holds: it leaves the rows of those keys as
+	// they are and returns their ids as busy, for a later call that waits.
+	// The other strategies always wait, and return no busy ids.
+	markDone(ctx context.Context, tx core.DBTX, owner string, ids []string, now, leaseAt time.Time, wait bool) (n int64, promoted []core.Event, busy []string, err error)
 	// advance moves each key of fs (sorted by key and seq) from done_seq
 	// through the finished seqs that follow it without a gap, and promotes
 	// each moved key's next event from WAITING to NEW, leased by owner at
-	// now. A key whose done_seq+1 is not among them (it went past the event
-	// already: a skipped or continued DEAD event replayed) is left alone.
-	// It runs in tx, after the rows of fs were updated.
-	advance(ctx context.Context, tx core.DBTX, fs []finished, owner string, now time.Time) ([]core.Event, error)
+	// leaseAt (plus the time advance spent waiting for key rows, where it
+	// can tell). A key whose done_seq+1 is not among them (it went past the
+	// event already: a skipped or continued DEAD event replayed) is left
+	// alone. It runs in tx, after the rows of fs were updated.
+	advance(ctx context.Context, tx core.DBTX, fs []finished, owner string, now, leaseAt time.Time) ([]core.Event, error)
 	// promoteSQL returns the statement that promotes the next events of n
 	// keys (arguments: the lease owner and time, then each key's type, id
 	// and next seq) and, when that statement returns no rows, the one that

@@ -11,32 +11,50 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
-// MarkDoneOrdered implements core.OrderedStore: per 512 ids, in one READ
-// COMMITTED transaction (retried after a deadlock when db is a pool), the
-// key strategy's markDone: the DONE update of the rows of ids owner still
+// MarkDoneOrdered implements core.OrderedStore: per 512 ids, the key
+// strategy's markDone, the DONE update of the rows of ids owner still
 // leases, then, per ordered key in key order, the key update and the
-// promotion of the key's next event.
+// promotion of the key's next event, in READ COMMITTED transactions (each
+// retried after a deadlock when db is a pool). On PostgreSQL
+// (KeysWritableCTE) the first waits for no key row: it finishes the events
+// whose key rows it can lock at once and commits, so that their keys are
+// held no longer than its statement and its commit take, whatever writers
+// of other keys are doing; a second, only when some key row was held (by a
+// writer of the key, until it commits), finishes the events of those keys,
+// waiting for their rows. The other strategies finish the whole chunk in
+// one transaction that waits.
+// The promoted events are leased at now plus the time spent until then,
+// so that a wait does not eat into their lease.
 func (s *Store) MarkDoneOrdered(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
+	start := time.Now()
+	leaseAt := func() time.Time { return now.Add(time.Since(start)) }
 	uniq := slices.Clone(ids)
 	slices.Sort(uniq)
 	uniq = slices.Compact(uniq)
 	var total int64
 	var promoted []core.Event
 	for chunk := range slices.Chunk(uniq, batchChunk) {
-		var n int64
-		var p []core.Event
-		err := s.retry(ctx, db, func() error {
-			return inTx(ctx, db, func(tx core.DBTX) error {
-				var err error
-				n, p, err = s.keys.markDone(ctx, tx, owner, chunk, now)
-				return err
+		for _, wait := range []bool{false, true} {
+			var n int64
+			var p []core.Event
+			var busy []string
+			err := s.retry(ctx, db, func() error {
+				return inTx(ctx, db, func(tx core.DBTX) error {
+					var err error
+					n, p, busy, err = s.keys.markDone(ctx, tx, owner, chunk, now, leaseAt(), wait)
+					return err
+				})
 			})
-		})
-		if err != nil {
-			return total, promoted, s.wrap("mark done", err)
+			if err != nil {
+				return total, promoted, s.wrap("mark done", err)
+			}
+			total += n
+			promoted = append(promoted, p...)
+			if len(busy) == 0 {
+				break
+			}
+			chunk = busy
 		}
-		total += n
-		promoted = append(promoted, p...)
 	}
 	return total, promoted, nil
 }
@@ -50,7 +68,7 @@ func (s *Store) MarkDeadOrdered(ctx context.Context, db core.DBTX, owner, id str
 	err := s.retry(ctx, db, func() error {
 		return inTx(ctx, db, func(tx core.DBTX) error {
 			var err error
-			n, promoted, err = s.finish(ctx, tx, owner, []string{id}, now, deadSet,
+			n, promoted, err = s.finish(ctx, tx, owner, []string{id}, now, now, deadSet,
 				[]any{s.ts(now), core.TruncateError(lastErr)},
 				func(aggType string) bool { p, _ := s.ordering.Ordered(aggType); return p == core.DeadContinues })
 			return err
@@ -76,8 +94,9 @@ func everyKey(string) bool { return true }
 // after a locking read of them, and moves past each of them, with the key
 // strategy's advance, the keys of those that are ordered and whose
 // aggregate type advance accepts, promoting the keys' next events leased by
-// owner. It runs in tx, a transaction.
-func (s *Store) finish(ctx context.Context, tx core.DBTX, owner string, ids []string, now time.Time, set string, setArgs []any, advance func(aggType string) bool) (int64, []core.Event, error) {
+// owner at leaseAt. It runs in tx, a transaction.
+func (s *Store) finish(ctx context.Context, tx core.DBTX, owner string, ids []string, now, leaseAt time.Time,
+	set string, setArgs []any, advance func(aggType string) bool) (int64, []core.Event, error) {
 	q, args := s.inList("SELECT event_id, aggregate_type, aggregate_id, seq FROM "+s.qt+
 		" WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (", s.padIDs(ids), owner)
 	rows, err := tx.QueryContext(ctx, s.d.rebind(q+")"+lockingRead(s.d)), args...)
@@ -124,7 +143,7 @@ func (s *Store) finish(ctx context.Context, tx core.DBTX, owner string, ids []st
 	slices.SortFunc(keys, func(a, b finished) int {
 		return cmp.Or(compareKeys(a.key, b.key), cmp.Compare(a.seq, b.seq))
 	})
-	promoted, err := s.keys.advance(ctx, tx, keys, owner, now)
+	promoted, err := s.keys.advance(ctx, tx, keys, owner, now, leaseAt)
 	return n, promoted, err
 }
 
