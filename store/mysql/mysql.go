@@ -172,6 +172,7 @@ func dialect(claim ClaimStrategy) (sqlstore.Dialect, error) {
 		MaxParams:         65535,
 		UpgradeOrdering:   upgradeOrdering,
 		UpgradePosition:   upgradePosition,
+		Position:          positionSQL,
 		Keys:              sqlstore.KeysLimited,
 		LockingRead:       "FOR UPDATE",
 		IsAlreadyExists:   isAlreadyExists,

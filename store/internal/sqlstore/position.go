@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -30,6 +31,17 @@ type PositionSQL struct {
 	// Horizon is the query of the smallest token a running transaction may
 	// still hold, and of the token of a read made now. "" with Token "".
 	Horizon string
+	// HorizonInTx: Horizon runs in a transaction of its own, after a read
+	// of the position table that starts it (MariaDB: the query sees its own
+	// transaction in information_schema.innodb_trx only when the server
+	// refreshed that view after the transaction began).
+	HorizonInTx bool
+	// ReadPrefix is put before the reads that take Token (MariaDB: SET
+	// STATEMENT time_zone = ... FOR).
+	ReadPrefix string
+	// InsertIgnore ends the INSERT of the position row that does nothing
+	// when the row exists. Default "ON CONFLICT (relay) DO NOTHING".
+	InsertIgnore string
 	// RowsPerInsert caps the rows of one STREAM INSERT: 1 where NextPos
 	// reads the table (SQLite), so that each row sees the one before.
 	// Default: as many as the insert limits allow.
@@ -54,9 +66,9 @@ func (s *Store) PositionLog(check func(ctx context.Context, db core.DBTX) error)
 	if t := s.d.Position.Token; t != "" {
 		token = t
 	}
-	l.readAfter = s.d.rebind("SELECT " + readCols + ", " + token + " FROM " + s.qt + " WHERE pos > ? AND status = " + stStream +
+	l.readAfter = s.d.rebind(s.d.Position.ReadPrefix + "SELECT " + readCols + ", " + token + " FROM " + s.qt + " WHERE pos > ? AND status = " + stStream +
 		" ORDER BY pos LIMIT ?")
-	l.readKeysAfter = s.d.rebind("SELECT pos, event_id, " + token + " FROM " + s.qt + " WHERE pos > ? AND status = " + stStream +
+	l.readKeysAfter = s.d.rebind(s.d.Position.ReadPrefix + "SELECT pos, event_id, " + token + " FROM " + s.qt + " WHERE pos > ? AND status = " + stStream +
 		" ORDER BY pos LIMIT ?")
 	return l
 }
@@ -273,24 +285,37 @@ func scanPosRows(rows *sql.Rows, tok *int64) ([]position.Row, error) {
 
 // Horizon implements position.Log.
 func (l *posLog) Horizon(ctx context.Context, db core.DBTX) (position.Token, position.Token, error) {
-	h := l.s.d.Position.Horizon
-	if h == "" {
+	p := l.s.d.Position
+	if p.Horizon == "" {
 		return position.Token(^uint64(0)), 0, nil
 	}
 	var horizon, now int64
-	if err := db.QueryRowContext(ctx, h).Scan(&horizon, &now); err != nil {
+	read := func(db core.DBTX) error { return db.QueryRowContext(ctx, l.s.d.rebind(p.Horizon)).Scan(&horizon, &now) }
+	if p.HorizonInTx {
+		read = func(db core.DBTX) error {
+			return inTx(ctx, db, func(tx core.DBTX) error {
+				var n int
+				if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+l.pt).Scan(&n); err != nil {
+					return err
+				}
+				return tx.QueryRowContext(ctx, l.s.d.rebind(p.Horizon)).Scan(&horizon, &now)
+			})
+		}
+	}
+	if err := read(db); err != nil {
 		return 0, 0, fmt.Errorf("read the transaction horizon: %w", err)
 	}
-	return position.Token(horizon), position.Token(now), nil
+	return position.Token(max(horizon, 0)), position.Token(now), nil
 }
 
 // ClaimState implements position.Log.
 func (l *posLog) ClaimState(ctx context.Context, db core.DBTX, owner string, now time.Time) (position.State, error) {
 	s := l.s
 	var st position.State
+	ignore := cmp.Or(s.d.Position.InsertIgnore, "ON CONFLICT (relay) DO NOTHING")
 	err := inTx(ctx, db, func(tx core.DBTX) error {
 		if _, err := tx.ExecContext(ctx, s.d.rebind("INSERT INTO "+l.pt+" (relay, floor_pos, cursor_pos, open_pos, owner, updated_at) "+
-			"VALUES (?, 0, 0, '[]', ?, ?) ON CONFLICT (relay) DO NOTHING"), positionRelay, owner, s.ts(now)); err != nil {
+			"VALUES (?, 0, 0, '[]', ?, ?) "+ignore), positionRelay, owner, s.ts(now)); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, s.d.rebind("UPDATE "+l.pt+" SET owner = ?, updated_at = ? WHERE relay = ?"),

@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS `outbox_event_key` (
     PRIMARY KEY (aggregate_type, aggregate_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 ALTER TABLE `outbox_event` ADD COLUMN pos BIGINT NULL;
+/*M!100500 CREATE SEQUENCE IF NOT EXISTS `outbox_event_pos_seq` */;
 CREATE UNIQUE INDEX `outbox_event_stream` ON `outbox_event` (pos);
 CREATE TABLE IF NOT EXISTS `outbox_event_pos` (
     relay      VARCHAR(64)  NOT NULL,

@@ -2,6 +2,8 @@
 -- Rendered from the store's templates; see github.com/outboxkit/outbox/store/migrations.
 ALTER TABLE `outbox_event` ADD COLUMN pos BIGINT NULL;
 
+/*M!100500 CREATE SEQUENCE IF NOT EXISTS `outbox_event_pos_seq` */;
+
 CREATE UNIQUE INDEX `outbox_event_stream` ON `outbox_event` (pos);
 
 CREATE TABLE IF NOT EXISTS `outbox_event_pos` (

@@ -3,6 +3,8 @@
 -- +goose Up
 ALTER TABLE `outbox_event` ADD COLUMN pos BIGINT NULL;
 
+/*M!100500 CREATE SEQUENCE IF NOT EXISTS `outbox_event_pos_seq` */;
+
 CREATE UNIQUE INDEX `outbox_event_stream` ON `outbox_event` (pos);
 
 CREATE TABLE IF NOT EXISTS `outbox_event_pos` (
@@ -22,6 +24,8 @@ UPDATE `outbox_event` SET status = 1, done_at = created_at
 UPDATE `outbox_event` SET status = 0 WHERE status = 5;
 
 DROP TABLE IF EXISTS `outbox_event_pos`;
+
+/*M!100500 DROP SEQUENCE IF EXISTS `outbox_event_pos_seq` */;
 
 DROP INDEX `outbox_event_stream` ON `outbox_event`;
 

@@ -1,6 +1,9 @@
--- 0003: position delivery: the pos column, its index and the position table.
+-- 0003: position delivery: the pos column, its sequence (MariaDB), its index
+-- and the position table.
 -- The comments on each are in ../../upgrade_position.sql.
 ALTER TABLE {{table}} ADD COLUMN pos BIGINT NULL;
+
+/*M!100500 CREATE SEQUENCE IF NOT EXISTS {{posseq}} */;
 
 CREATE UNIQUE INDEX {{index:stream}} ON {{table}} (pos);
 
