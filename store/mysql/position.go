@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/position"
@@ -20,7 +21,12 @@ import (
 //     caller's InnoDB transaction, so that it is in
 //     information_schema.innodb_trx, with a trx_started at or before the
 //     moment it took the position. A bare NEXTVAL in VALUES is evaluated
-//     before InnoDB starts the transaction (at its first row write).
+//     before InnoDB starts the transaction (at its first row write). The
+//     read is a locking one in an INSERT (REPEATABLE READ): it looks for a
+//     relay no row has ('~' sorts after "default"), so that its lock,
+//     held to the caller's commit, is on the gap after the reader's row
+//     and blocks none of the reader's writes of that row (only its first
+//     INSERT, into an empty table, waits for the open transactions).
 //   - Token is the wall clock (µs) when a read returns its rows, after its
 //     snapshot: a position below the largest it saw, not seen, was taken by
 //     a transaction that began before it.
@@ -28,17 +34,19 @@ import (
 //     transaction, but only when the query finds its own transaction in
 //     innodb_trx: InnoDB refreshes that view only when nobody read it in
 //     the last 100 ms, and a stale view misses young transactions. A stale
-//     view gives 0 (no gap final this cycle).
+//     view gives 0 (no gap final this cycle), and the reader asks at most
+//     every 200 ms, so that its own questions do not keep the view stale.
 //   - Times are read in the SYSTEM time zone, in which InnoDB writes
 //     trx_started; checkPosition refuses a system zone with daylight
 //     saving time, whose repeated hour would read an hour late.
 var positionSQL = &sqlstore.PositionSQL{
-	NextPos: "(SELECT NEXTVAL({{posseq}}) FROM (SELECT COUNT(*) AS n FROM {{postable}}) AS started)",
+	NextPos: "(SELECT NEXTVAL({{posseq}}) FROM (SELECT COUNT(*) AS n FROM {{postable}} WHERE relay = '~') AS started)",
 	Token:   "CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)",
 	Horizon: systemTZ + "SELECT CASE WHEN SUM(trx_mysql_thread_id = CONNECTION_ID()) > 0 " +
 		"THEN CAST(UNIX_TIMESTAMP(MIN(trx_started)) AS SIGNED) * 1000000 - 1 ELSE 0 END, " +
 		"CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED) FROM information_schema.innodb_trx",
 	HorizonInTx:  true,
+	HorizonEvery: 200 * time.Millisecond,
 	ReadPrefix:   systemTZ,
 	InsertIgnore: "ON DUPLICATE KEY UPDATE relay = relay",
 }

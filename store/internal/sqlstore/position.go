@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
@@ -36,6 +37,12 @@ type PositionSQL struct {
 	// transaction in information_schema.innodb_trx only when the server
 	// refreshed that view after the transaction began).
 	HorizonInTx bool
+	// HorizonEvery is the least time between two Horizon queries; a
+	// Horizon called sooner returns the last horizon (still true: no
+	// transaction below it runs) and a token read with "SELECT " + Token.
+	// MariaDB: innodb_trx is refreshed only when nobody read it for 100 ms,
+	// so a reader that asks more often keeps it stale.
+	HorizonEvery time.Duration
 	// ReadPrefix is put before the reads that take Token (MariaDB: SET
 	// STATEMENT time_zone = ... FOR).
 	ReadPrefix string
@@ -92,6 +99,10 @@ type posLog struct {
 	check   func(ctx context.Context, db core.DBTX) error
 	// The statements every write or read runs, built once.
 	insertOne, readAfter, readKeysAfter string
+
+	horizonMu sync.Mutex // HorizonEvery: the last horizon and when it was read
+	horizonAt time.Time
+	horizon   int64
 }
 
 var _ position.Log = (*posLog)(nil)
@@ -290,6 +301,16 @@ func (l *posLog) Horizon(ctx context.Context, db core.DBTX) (position.Token, pos
 		return position.Token(^uint64(0)), 0, nil
 	}
 	var horizon, now int64
+	if p.HorizonEvery > 0 {
+		l.horizonMu.Lock()
+		defer l.horizonMu.Unlock()
+		if time.Since(l.horizonAt) < p.HorizonEvery {
+			if err := db.QueryRowContext(ctx, p.ReadPrefix+"SELECT "+p.Token).Scan(&now); err != nil {
+				return 0, 0, fmt.Errorf("read the transaction horizon: %w", err)
+			}
+			return position.Token(l.horizon), position.Token(now), nil
+		}
+	}
 	read := func(db core.DBTX) error { return db.QueryRowContext(ctx, l.s.d.rebind(p.Horizon)).Scan(&horizon, &now) }
 	if p.HorizonInTx {
 		read = func(db core.DBTX) error {
@@ -305,7 +326,13 @@ func (l *posLog) Horizon(ctx context.Context, db core.DBTX) (position.Token, pos
 	if err := read(db); err != nil {
 		return 0, 0, fmt.Errorf("read the transaction horizon: %w", err)
 	}
-	return position.Token(max(horizon, 0)), position.Token(now), nil
+	horizon = max(horizon, 0)
+	if p.HorizonEvery > 0 {
+		// A stale view gives 0: keep the last horizon, which still holds.
+		l.horizonAt, l.horizon = time.Now(), max(horizon, l.horizon)
+		horizon = l.horizon
+	}
+	return position.Token(horizon), position.Token(now), nil
 }
 
 // ClaimState implements position.Log.
@@ -391,9 +418,13 @@ func (l *posLog) MarkFailed(ctx context.Context, db core.DBTX, id string, dead b
 // position order, through the stream index.
 func (l *posLog) PurgeStream(ctx context.Context, db core.DBTX, before time.Time, limit int) (int64, error) {
 	s := l.s
-	sub := "SELECT event_id FROM " + s.qt + " WHERE pos IS NOT NULL AND pos <= (SELECT floor_pos FROM " + l.pt +
-		" WHERE relay = ?) AND status = " + stStream + " AND created_at < ? ORDER BY pos LIMIT ?"
-	n, err := s.exec(ctx, db, "DELETE FROM "+s.qt+" WHERE "+s.d.idsIn(sub), positionRelay, s.ts(before), limit)
+	where := "pos IS NOT NULL AND pos <= (SELECT floor_pos FROM " + l.pt + " WHERE relay = ?) AND status = " + stStream +
+		" AND created_at < ? ORDER BY pos LIMIT ?"
+	q := "DELETE FROM " + s.qt + " WHERE " + s.d.idsIn("SELECT event_id FROM "+s.qt+" WHERE "+where)
+	if s.d.LimitedWrites {
+		q = "DELETE FROM " + s.qt + " WHERE " + where
+	}
+	n, err := s.exec(ctx, db, q, positionRelay, s.ts(before), limit)
 	return n, s.wrap("purge delivered stream events", err)
 }
 

@@ -15,3 +15,6 @@ CREATE TABLE IF NOT EXISTS `outbox_event_pos` (
     updated_at DATETIME(6)  NOT NULL,
     PRIMARY KEY (relay)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+
+INSERT IGNORE INTO `outbox_event_pos` (relay, floor_pos, cursor_pos, open_pos, owner, updated_at)
+    VALUES ('default', 0, 0, '[]', '', UTC_TIMESTAMP(6));

@@ -17,6 +17,9 @@ CREATE TABLE IF NOT EXISTS `outbox_event_pos` (
     PRIMARY KEY (relay)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
+INSERT IGNORE INTO `outbox_event_pos` (relay, floor_pos, cursor_pos, open_pos, owner, updated_at)
+    VALUES ('default', 0, 0, '[]', '', UTC_TIMESTAMP(6));
+
 -- +goose Down
 UPDATE `outbox_event` SET status = 1, done_at = created_at
     WHERE status = 5 AND pos <= (SELECT COALESCE(MAX(floor_pos), 0) FROM `outbox_event_pos`);
