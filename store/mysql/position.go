@@ -45,10 +45,11 @@ var positionSQL = &sqlstore.PositionSQL{
 	Horizon: systemTZ + "SELECT CASE WHEN SUM(trx_mysql_thread_id = CONNECTION_ID()) > 0 " +
 		"THEN CAST(UNIX_TIMESTAMP(MIN(trx_started)) AS SIGNED) * 1000000 - 1 ELSE 0 END, " +
 		"CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED) FROM information_schema.innodb_trx",
-	HorizonInTx:  true,
-	HorizonEvery: 200 * time.Millisecond,
-	ReadPrefix:   systemTZ,
-	InsertIgnore: "ON DUPLICATE KEY UPDATE relay = relay",
+	HorizonInTx:     true,
+	HorizonWarnings: true,
+	HorizonEvery:    200 * time.Millisecond,
+	ReadPrefix:      systemTZ,
+	InsertIgnore:    "ON DUPLICATE KEY UPDATE relay = relay",
 }
 
 // systemTZ makes a statement read times in the server's system time zone,

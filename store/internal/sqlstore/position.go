@@ -37,6 +37,10 @@ type PositionSQL struct {
 	// transaction in information_schema.innodb_trx only when the server
 	// refreshed that view after the transaction began).
 	HorizonInTx bool
+	// HorizonWarnings: a Horizon query that raised a warning gives 0
+	// (MariaDB truncates innodb_trx past its memory limit, with a warning).
+	// Needs HorizonInTx, which runs both on one connection.
+	HorizonWarnings bool
 	// HorizonEvery is the least time between two Horizon queries; a
 	// Horizon called sooner returns the last horizon (still true: no
 	// transaction below it runs) and a token read with "SELECT " + Token.
@@ -319,7 +323,19 @@ func (l *posLog) Horizon(ctx context.Context, db core.DBTX) (position.Token, pos
 				if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+l.pt).Scan(&n); err != nil {
 					return err
 				}
-				return tx.QueryRowContext(ctx, l.s.d.rebind(p.Horizon)).Scan(&horizon, &now)
+				if err := tx.QueryRowContext(ctx, l.s.d.rebind(p.Horizon)).Scan(&horizon, &now); err != nil {
+					return err
+				}
+				if p.HorizonWarnings {
+					var warnings int
+					if err := tx.QueryRowContext(ctx, "SELECT @@warning_count").Scan(&warnings); err != nil {
+						return err
+					}
+					if warnings > 0 {
+						horizon = 0
+					}
+				}
+				return nil
 			})
 		}
 	}
