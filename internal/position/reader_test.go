@@ -165,11 +165,17 @@ func wantIDs(t *testing.T, got []string, want ...string) {
 	}
 }
 
-// TestReaderGaps: on PostgreSQL, a position left by a transaction still
-// open when a larger one committed is a gap: delivered when it commits,
-// final when it rolls back; the floor never passes an unresolved position.
+// TestReaderGaps: on PostgreSQL and MariaDB, a position left by a
+// transaction still open when a larger one committed is a gap: delivered
+// when it commits, final when it rolls back; the floor never passes an
+// unresolved position.
 func TestReaderGaps(t *testing.T) {
-	tg := testdb.Open(t, "postgres")
+	for _, name := range []string{"postgres", "mysql"} {
+		t.Run(name, func(t *testing.T) { testReaderGaps(t, testdb.Open(t, name)) })
+	}
+}
+
+func testReaderGaps(t *testing.T, tg testdb.Target) {
 	f := newFixture(t, tg)
 	ctx := context.Background()
 
