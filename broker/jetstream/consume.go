@@ -139,7 +139,11 @@ func handle(ctx context.Context, cfg ConsumeConfig, logs consumeLogs, msg jetstr
 		return cfg.Handler(ctx, tx, msg)
 	})
 	if err != nil {
-		logs.failed.Add(ctx, 1, slog.String("event_id", id), outboxlog.Err(err))
+		// A run cut short by Consume's own stop is not a failure to report:
+		// the message goes back for the next consumer all the same.
+		if ctx.Err() == nil {
+			logs.failed.Add(ctx, 1, slog.String("event_id", id), outboxlog.Err(err))
+		}
 		_ = msg.NakWithDelay(cfg.NakDelay)
 		return
 	}

@@ -129,7 +129,11 @@ func handle(ctx context.Context, cfg ConsumeConfig, logs consumeLogs, d amqp.Del
 		return cfg.Handler(ctx, tx, d)
 	})
 	if err != nil {
-		logs.failed.Add(ctx, 1, slog.String("event_id", id), outboxlog.Err(err))
+		// A run cut short by Consume's own stop is not a failure to report:
+		// the message goes back for the next consumer all the same.
+		if ctx.Err() == nil {
+			logs.failed.Add(ctx, 1, slog.String("event_id", id), outboxlog.Err(err))
+		}
 		_ = d.Reject(true)
 		return
 	}
