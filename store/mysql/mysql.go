@@ -167,13 +167,17 @@ func dialect(claim ClaimStrategy) (sqlstore.Dialect, error) {
 		TerminalByCreated: true,
 		// The planner could prefer a table scan and a sort when most of the
 		// table is pending; the claim must never sort the backlog.
-		ClaimIndexHint:    "FORCE INDEX ({{index:lane}})",
-		LimitedWrites:     true,
-		MaxParams:         65535,
-		UpgradeOrdering:   upgradeOrdering,
-		UpgradePosition:   upgradePosition,
-		Keys:              sqlstore.KeysLimited,
-		LockingRead:       "FOR UPDATE",
+		ClaimIndexHint:  "FORCE INDEX ({{index:lane}})",
+		LimitedWrites:   true,
+		MaxParams:       65535,
+		UpgradeOrdering: upgradeOrdering,
+		UpgradePosition: upgradePosition,
+		Keys:            sqlstore.KeysLimited,
+		LockingRead:     "FOR UPDATE",
+		// A DONE batch's key statements name up to 64 keys: without the
+		// hint, MariaDB scans a small key table's whole primary key from
+		// its first row, waiting for rows outside the batch's keys.
+		KeyIndexHint:      "FORCE INDEX (PRIMARY)",
 		IsAlreadyExists:   isAlreadyExists,
 		IsUniqueViolation: isUniqueViolation,
 		IsRetryable:       isRetryable,
@@ -184,6 +188,7 @@ func dialect(claim ClaimStrategy) (sqlstore.Dialect, error) {
 	case ClaimSkipLocked:
 		d.Claim = sqlstore.ClaimSelectForUpdate
 		d.ClaimLock = "FOR UPDATE SKIP LOCKED"
+		d.LockingReadSkip = "FOR UPDATE SKIP LOCKED"
 		d.DDL = strings.Replace(ddl, leaseIndexMarker, "", 1)
 		d.Migrations = withLeaseIndex(migrationTemplates, "")
 	case ClaimUpdateLimit:

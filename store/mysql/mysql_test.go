@@ -118,3 +118,10 @@ func TestSchemaQualifiedTableAndLeaseIndex(t *testing.T) {
 		t.Fatalf("claim = %v, %v", evs, err)
 	}
 }
+
+// TestDoneBatchPassesHeldKey: a DONE batch finishes the keys whose rows it
+// can lock at once without waiting for a writer of another key.
+func TestDoneBatchPassesHeldKey(t *testing.T) {
+	t.Parallel()
+	testdb.DoneBatchPassesHeldKey(t, testdb.MySQL(t))
+}

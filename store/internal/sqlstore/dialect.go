@@ -81,6 +81,20 @@ type Dialect struct {
 	// committed row and lock it ("FOR UPDATE"); "" where the database
 	// locks the whole database for a write transaction (SQLite).
 	LockingRead string
+	// LockingReadSkip is appended to a SELECT that locks the rows it
+	// returns and passes, without waiting, those another transaction
+	// holds ("FOR UPDATE SKIP LOCKED"); "" where the database has no such
+	// read or needs none (SQLite, whose one writer holds the database).
+	// With it, a DONE batch of ordered events first finishes the keys it
+	// can lock at once (see MarkDoneOrdered).
+	LockingReadSkip string
+	// KeyIndexHint is put right after the key table's name in the
+	// statements of a DONE batch that name its keys (the key UPDATE, the
+	// locking read of LockingReadSkip), e.g. "FORCE INDEX (PRIMARY)":
+	// MariaDB plans an UPDATE of 64 OR-ed keys of a 200-key table, ORDER
+	// BY the key, as a scan of the whole primary key from its first row,
+	// which locks, and waits for, rows outside its keys.
+	KeyIndexHint string
 	// ErrorAbortsTx: a failed statement aborts the whole transaction
 	// (PostgreSQL), so that the statements of one ordered write need no
 	// savepoint to stay all-or-nothing.
