@@ -174,10 +174,10 @@ func dialect(claim ClaimStrategy) (sqlstore.Dialect, error) {
 		UpgradePosition: upgradePosition,
 		Keys:            sqlstore.KeysLimited,
 		LockingRead:     "FOR UPDATE",
-		// A DONE batch's key statements name up to 64 keys: without the
-		// hint, MariaDB scans a small key table's whole primary key from
-		// its first row, waiting for rows outside the batch's keys.
-		KeyIndexHint:      "FORCE INDEX (PRIMARY)",
+		// An ordered DONE batch names up to 512 events and 64 keys:
+		// without the hint, MariaDB scans a small table's whole primary
+		// key from its first row, waiting for rows outside the batch.
+		PrimaryKeyHint:    "FORCE INDEX (PRIMARY)",
 		IsAlreadyExists:   isAlreadyExists,
 		IsUniqueViolation: isUniqueViolation,
 		IsRetryable:       isRetryable,

@@ -88,13 +88,14 @@ type Dialect struct {
 	// With it, a DONE batch of ordered events first finishes the keys it
 	// can lock at once (see MarkDoneOrdered).
 	LockingReadSkip string
-	// KeyIndexHint is put right after the key table's name in the
-	// statements of a DONE batch that name its keys (the key UPDATE, the
-	// locking read of LockingReadSkip), e.g. "FORCE INDEX (PRIMARY)":
-	// MariaDB plans an UPDATE of 64 OR-ed keys of a 200-key table, ORDER
-	// BY the key, as a scan of the whole primary key from its first row,
-	// which locks, and waits for, rows outside its keys.
-	KeyIndexHint string
+	// PrimaryKeyHint is put right after the table's name in the
+	// statements of an ordered DONE batch that name rows by their primary
+	// key (the locking read and the DONE update of the events, the key
+	// UPDATE, the locking read of LockingReadSkip), e.g. "FORCE INDEX
+	// (PRIMARY)": MariaDB plans a statement that names a third of a small
+	// table's rows (64 of 200) as a scan of its whole primary key from the
+	// first row, which locks, and waits for, rows outside its list.
+	PrimaryKeyHint string
 	// ErrorAbortsTx: a failed statement aborts the whole transaction
 	// (PostgreSQL), so that the statements of one ordered write need no
 	// savepoint to stay all-or-nothing.

@@ -146,7 +146,7 @@ func (k *limitedKeys) moveKeysStmt(runs []seqRun, now time.Time) (string, []any)
 	var set, where strings.Builder
 	uargs := make([]any, 0, 6*len(runs)+1)
 	wargs := make([]any, 0, 3*len(runs))
-	set.WriteString("UPDATE " + s.table.KeyTable().Quoted(s.d.Quote) + s.keyHint() + " SET done_seq = CASE")
+	set.WriteString("UPDATE " + s.table.KeyTable().Quoted(s.d.Quote) + s.pkHint() + " SET done_seq = CASE")
 	for i, r := range runs {
 		set.WriteString(" WHEN aggregate_type = ? AND aggregate_id = ? AND done_seq = ? THEN IF(last_seq > ?, LAST_INSERT_ID(?), ?)")
 		uargs = append(uargs, r.key.aggType, r.key.aggID, r.from, r.to, r.to, r.to)

@@ -98,7 +98,7 @@ func everyKey(string) bool { return true }
 // keys another transaction holds. It runs in tx, a transaction.
 func (s *Store) finish(ctx context.Context, tx core.DBTX, owner string, ids []string, now, leaseAt time.Time, wait bool,
 	set string, setArgs []any, advance func(aggType string) bool) (int64, []core.Event, []string, error) {
-	q, args := s.inList("SELECT event_id, aggregate_type, aggregate_id, seq FROM "+s.qt+
+	q, args := s.inList("SELECT event_id, aggregate_type, aggregate_id, seq FROM "+s.qt+s.pkHint()+
 		" WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (", s.padIDs(ids), owner)
 	rows, err := tx.QueryContext(ctx, s.d.rebind(q+")"+lockingRead(s.d)), args...)
 	if err != nil {
@@ -155,7 +155,7 @@ func (s *Store) finish(ctx context.Context, tx core.DBTX, owner string, ids []st
 			}
 		}
 	}
-	q, args = s.inList("UPDATE "+s.qt+" SET "+set+" WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (",
+	q, args = s.inList("UPDATE "+s.qt+s.pkHint()+" SET "+set+" WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (",
 		s.padIDs(held), append(setArgs, owner)...)
 	res, err := tx.ExecContext(ctx, s.d.rebind(q+")"), args...)
 	if err != nil {
@@ -211,16 +211,16 @@ func (s *Store) lockFreeKeys(ctx context.Context, tx core.DBTX, fs []finished) (
 // arguments.
 func (s *Store) lockKeysSQL(keys []orderKey) (string, []any) {
 	match, args := s.keyMatch(keys, nil)
-	return s.d.rebind("SELECT aggregate_type, aggregate_id FROM " + s.table.KeyTable().Quoted(s.d.Quote) + s.keyHint() +
+	return s.d.rebind("SELECT aggregate_type, aggregate_id FROM " + s.table.KeyTable().Quoted(s.d.Quote) + s.pkHint() +
 		" WHERE " + match + " " + s.d.LockingReadSkip), args
 }
 
-// keyHint returns Dialect.KeyIndexHint with a space before it, or "".
-func (s *Store) keyHint() string {
-	if s.d.KeyIndexHint == "" {
+// pkHint returns Dialect.PrimaryKeyHint with a space before it, or "".
+func (s *Store) pkHint() string {
+	if s.d.PrimaryKeyHint == "" {
 		return ""
 	}
-	return " " + s.d.KeyIndexHint
+	return " " + s.d.PrimaryKeyHint
 }
 
 // keyChunk is the most keys one key statement of advance names. The key
