@@ -57,5 +57,6 @@ func Example_goose() {
 	// Output:
 	// applied 0001_create_table.sql
 	// applied 0002_ordering.sql
-	// version 2
+	// applied 0003_position.sql
+	// version 3
 }

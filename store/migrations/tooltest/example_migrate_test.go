@@ -60,5 +60,5 @@ func Example_golangMigrate() {
 	}
 	fmt.Println("version", version, "dirty", dirty)
 	// Output:
-	// version 2 dirty false
+	// version 3 dirty false
 }
