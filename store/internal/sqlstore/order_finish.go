@@ -14,13 +14,16 @@ import (
 // MarkDoneOrdered implements core.OrderedStore: per 512 ids, the key
 // strategy's markDone, the DONE update of the rows of ids owner still
 // leases, then, per ordered key in key order, the key update and the
-// promotion of the key's next event, in two READ COMMITTED transactions
-// (each retried after a deadlock when db is a pool). The first waits for no
-// key row: it finishes the events whose key rows it can lock at once and
-// commits, so that their keys are held no longer than its statements and
-// its commit take, whatever other writers of other keys are doing. The
-// second, only when some key row was held (by a writer of the key, until
-// it commits), finishes the events of those keys, waiting for their rows.
+// promotion of the key's next event, in READ COMMITTED transactions (each
+// retried after a deadlock when db is a pool). On PostgreSQL
+// (KeysWritableCTE) and where Dialect.LockingReadSkip is set (MySQL 8,
+// MariaDB 10.6+) the first waits for no key row: it finishes the events
+// whose key rows it can lock at once and commits, so that their keys are
+// held no longer than its statements and its commit take, whatever writers
+// of other keys are doing; a second, only when some key row was held (by a
+// writer of the key, until it commits), finishes the events of those keys,
+// waiting for their rows. Elsewhere one transaction finishes the chunk,
+// waiting.
 // The promoted events are leased at now plus the time spent until then,
 // so that a wait does not eat into their lease.
 func (s *Store) MarkDoneOrdered(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
