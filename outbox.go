@@ -79,7 +79,8 @@ const (
 	// its row again, from where the claim path serves it. Events of the
 	// aggregate types in the store's Ordered and events with NotBefore take
 	// the claim path, as in DeliveryClaim. PostgreSQL (a table that is not
-	// partitioned) and SQLite; New refuses it on MySQL and MariaDB. Mode
+	// partitioned), MariaDB 10.5+ (with the PROCESS privilege) and SQLite;
+	// New refuses it on a partitioned table, Start on MySQL. Mode
 	// SingleNode, MultiNode with SingleActive (the active instance is the
 	// reader, and only it delivers its own writes through the hot path; the
 	// others' writes are read after their commit's NOTIFY), or WriterOnly.
@@ -362,8 +363,8 @@ func (c Config) validate() error {
 		return v.Err()
 	}
 	if c.Delivery == DeliveryPosition {
-		v.Check(positionLog(c.Store) != nil, "DeliveryPosition runs on PostgreSQL (a table that is not partitioned) "+
-			"and SQLite; %T has no position delivery: use DeliveryClaim", c.Store)
+		v.Check(positionLog(c.Store) != nil, "DeliveryPosition runs on PostgreSQL (a table that is not partitioned), "+
+			"MariaDB and SQLite; %T has no position delivery: use DeliveryClaim", c.Store)
 		v.Check(c.Mode != MultiNode || c.SingleActive, "DeliveryPosition in MultiNode mode needs SingleActive: "+
 			"one instance at a time reads the table's position")
 		v.Check(c.Dispatch.Store == nil, "Dispatch.Store is set with DeliveryPosition, which wraps Store for the "+
@@ -568,7 +569,8 @@ func (o *Outbox) Start(ctx context.Context) error {
 // schemaCheckTimeout bounds Start's check of the table.
 const schemaCheckTimeout = 10 * time.Second
 
-// checkSchema is Start's check of the table: the store's SchemaError, or
+// checkSchema is Start's check of the table: the store's SchemaError, an
+// ErrInvalid for a server position delivery cannot run on (MySQL), or
 // nil, after logging any other failure of the check.
 func (o *Outbox) checkSchema(ctx context.Context) error {
 	check := func(ctx context.Context, db core.DBTX) error { return nil }
@@ -584,7 +586,9 @@ func (o *Outbox) checkSchema(ctx context.Context) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, core.ErrSchema):
+	case errors.Is(err, core.ErrSchema), errors.Is(err, core.ErrInvalid):
+		// A table not ready, or a server the delivery cannot run on
+		// (position delivery on MySQL).
 		return err
 	case ctx.Err() != nil:
 		return ctx.Err()

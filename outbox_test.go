@@ -28,6 +28,9 @@ const (
 	orders      = core.AggregateName("Order")
 	orderPlaced = core.EventName("OrderPlaced")
 	deadline    = 30 * time.Second
+	// floorDeadline bounds a wait for the position reader's floor, which
+	// waits for every older transaction on the shared server to end.
+	floorDeadline = 2 * time.Minute
 )
 
 func newEnv(t testing.TB, aggID string) core.Envelope {

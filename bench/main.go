@@ -79,7 +79,7 @@ type config struct {
 	orderedKeys     []int // W1: also run ordered over each of these key counts
 	pgx             bool  // PostgreSQL W1 and W2: also run on pgx (pgxtx, pgxpool)
 	rawDone         bool  // W1: also run the raw INSERT with raw DONE batches (always on SQLite)
-	position        bool  // W1, W2: also run position delivery (PostgreSQL, SQLite)
+	position        bool  // W1, W2: also run position delivery (PostgreSQL, MariaDB, SQLite)
 	w1Only          string
 	w1Events        int
 	rounds          int
@@ -182,7 +182,7 @@ func main() {
 	orderedKeys := flag.String("ordered-keys", "1000,10", "W1: also run with ordering on over these numbers of keys, comma-separated (\"\": none)")
 	flag.BoolVar(&c.pgx, "pgx", true, "PostgreSQL W1 and W2: also run an instance on pgx (writes in pgxtx transactions, background side on the same pgxpool)")
 	flag.StringVar(&c.w1Only, "w1-only", "", "W1: run only the rows whose name starts with this (\"business\", \"raw INSERT\", \"outbox\"), and no floor (to measure one row alone, e.g. under perf stat; the ratios are then to the first row run)")
-	flag.BoolVar(&c.position, "position", false, "W1 and W2 on PostgreSQL and SQLite: also run the outbox in position delivery (outbox.DeliveryPosition), beside the claim path")
+	flag.BoolVar(&c.position, "position", false, "W1 and W2 on PostgreSQL, MariaDB and SQLite: also run the outbox in position delivery (outbox.DeliveryPosition), beside the claim path")
 	flag.BoolVar(&c.rawDone, "raw-done", false, "W1: also run the raw INSERT with a marker setting the rows DONE in batches like the dispatcher's (always on SQLite, where one connection writes)")
 	flag.IntVar(&c.w2Events, "w2-events", 100000, "W2: pending rows in the backlog (1000000 for the memory check)")
 	large := flag.Bool("large", false, "W2 with 1,000,000 pending rows (same as -w2-events 1000000)")

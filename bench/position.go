@@ -26,7 +26,9 @@ func positionLog(st core.Store) position.Log {
 }
 
 // hasPosition reports whether tg runs position delivery.
-func (tg *target) hasPosition() bool { return tg.name == "postgres" || tg.name == "sqlite" }
+func (tg *target) hasPosition() bool {
+	return tg.name == "postgres" || tg.name == "sqlite" || tg.name == "mysql"
+}
 
 // copyStream fills t with the rows of tmpl as STREAM rows, positions in
 // creation order: the backlog of a position drain.

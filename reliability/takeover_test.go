@@ -208,12 +208,22 @@ func runTakeover(t *testing.T, r *takeoverRun, tg testdb.Target) {
 }
 
 // TestSingleActiveTakeoverPosition is TestSingleActiveTakeover in position
-// delivery (PostgreSQL): the standby reads on from the persisted position.
-// Nothing may be lost; an event delivered twice must have been delivered
-// first by a killed relay (in flight, or delivered after its last save).
+// delivery (PostgreSQL, MariaDB): the standby reads on from the persisted
+// position. Nothing may be lost; an event delivered twice must have been
+// delivered first by a killed relay (in flight, or delivered after its last
+// save).
 func TestSingleActiveTakeoverPosition(t *testing.T) {
 	t.Parallel()
-	tg := testdb.Open(t, "postgres")
-	r := &takeoverRun{dialect: "postgres", dsn: os.Getenv(testdb.PostgresEnv), outbox: tg.Table, lease: 3 * time.Second, position: true}
-	runTakeover(t, r, tg)
+	for _, dialect := range []string{"postgres", "mysql"} {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			tg := testdb.Open(t, dialect)
+			env := testdb.PostgresEnv
+			if dialect == "mysql" {
+				env = testdb.MySQLEnv
+			}
+			r := &takeoverRun{dialect: dialect, dsn: os.Getenv(env), outbox: tg.Table, lease: 3 * time.Second, position: true}
+			runTakeover(t, r, tg)
+		})
+	}
 }

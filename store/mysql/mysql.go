@@ -26,6 +26,15 @@
 // when it is handed a pool; inside a caller's transaction they are returned,
 // because the server has already rolled that transaction back.
 //
+// # Position delivery
+//
+// outbox.DeliveryPosition runs on MariaDB 10.5 and later only: positions
+// come from a SEQUENCE, and the reader tells a gap that can no longer
+// commit by the start times of information_schema.innodb_trx, which needs
+// the PROCESS privilege. outbox.Outbox.Start refuses it on MySQL, which has
+// no sequences, and on a MariaDB server it cannot run on, naming why
+// (docs/design/position.md).
+//
 // # TiDB
 //
 // Untested. TiDB parses SELECT ... FOR UPDATE SKIP LOCKED but does not
@@ -172,6 +181,7 @@ func dialect(claim ClaimStrategy) (sqlstore.Dialect, error) {
 		MaxParams:       65535,
 		UpgradeOrdering: upgradeOrdering,
 		UpgradePosition: upgradePosition,
+		Position:        positionSQL,
 		Keys:            sqlstore.KeysLimited,
 		LockingRead:     "FOR UPDATE",
 		// An ordered DONE batch names up to 512 events and 64 keys:

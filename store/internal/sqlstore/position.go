@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
@@ -30,6 +32,27 @@ type PositionSQL struct {
 	// Horizon is the query of the smallest token a running transaction may
 	// still hold, and of the token of a read made now. "" with Token "".
 	Horizon string
+	// HorizonInTx: Horizon runs in a transaction of its own, after a read
+	// of the position table that starts it (MariaDB: the query sees its own
+	// transaction in information_schema.innodb_trx only when the server
+	// refreshed that view after the transaction began).
+	HorizonInTx bool
+	// HorizonWarnings: a Horizon query that raised a warning gives 0
+	// (MariaDB truncates innodb_trx past its memory limit, with a warning).
+	// Needs HorizonInTx, which runs both on one connection.
+	HorizonWarnings bool
+	// HorizonEvery is the least time between two Horizon queries; a
+	// Horizon called sooner returns the last horizon (still true: no
+	// transaction below it runs) and a token read with "SELECT " + Token.
+	// MariaDB: innodb_trx is refreshed only when nobody read it for 100 ms,
+	// so a reader that asks more often keeps it stale.
+	HorizonEvery time.Duration
+	// ReadPrefix is put before the reads that take Token (MariaDB: SET
+	// STATEMENT time_zone = ... FOR).
+	ReadPrefix string
+	// InsertIgnore ends the INSERT of the position row that does nothing
+	// when the row exists. Default "ON CONFLICT (relay) DO NOTHING".
+	InsertIgnore string
 	// RowsPerInsert caps the rows of one STREAM INSERT: 1 where NextPos
 	// reads the table (SQLite), so that each row sees the one before.
 	// Default: as many as the insert limits allow.
@@ -54,9 +77,9 @@ func (s *Store) PositionLog(check func(ctx context.Context, db core.DBTX) error)
 	if t := s.d.Position.Token; t != "" {
 		token = t
 	}
-	l.readAfter = s.d.rebind("SELECT " + readCols + ", " + token + " FROM " + s.qt + " WHERE pos > ? AND status = " + stStream +
+	l.readAfter = s.d.rebind(s.d.Position.ReadPrefix + "SELECT " + readCols + ", " + token + " FROM " + s.qt + " WHERE pos > ? AND status = " + stStream +
 		" ORDER BY pos LIMIT ?")
-	l.readKeysAfter = s.d.rebind("SELECT pos, event_id, " + token + " FROM " + s.qt + " WHERE pos > ? AND status = " + stStream +
+	l.readKeysAfter = s.d.rebind(s.d.Position.ReadPrefix + "SELECT pos, event_id, " + token + " FROM " + s.qt + " WHERE pos > ? AND status = " + stStream +
 		" ORDER BY pos LIMIT ?")
 	return l
 }
@@ -80,6 +103,10 @@ type posLog struct {
 	check   func(ctx context.Context, db core.DBTX) error
 	// The statements every write or read runs, built once.
 	insertOne, readAfter, readKeysAfter string
+
+	horizonMu sync.Mutex // HorizonEvery: the last horizon and when it was read
+	horizonAt time.Time
+	horizon   int64
 }
 
 var _ position.Log = (*posLog)(nil)
@@ -273,13 +300,53 @@ func scanPosRows(rows *sql.Rows, tok *int64) ([]position.Row, error) {
 
 // Horizon implements position.Log.
 func (l *posLog) Horizon(ctx context.Context, db core.DBTX) (position.Token, position.Token, error) {
-	h := l.s.d.Position.Horizon
-	if h == "" {
+	p := l.s.d.Position
+	if p.Horizon == "" {
 		return position.Token(^uint64(0)), 0, nil
 	}
 	var horizon, now int64
-	if err := db.QueryRowContext(ctx, h).Scan(&horizon, &now); err != nil {
+	if p.HorizonEvery > 0 {
+		l.horizonMu.Lock()
+		defer l.horizonMu.Unlock()
+		if time.Since(l.horizonAt) < p.HorizonEvery {
+			if err := db.QueryRowContext(ctx, p.ReadPrefix+"SELECT "+p.Token).Scan(&now); err != nil {
+				return 0, 0, fmt.Errorf("read the transaction horizon: %w", err)
+			}
+			return position.Token(l.horizon), position.Token(now), nil
+		}
+	}
+	read := func(db core.DBTX) error { return db.QueryRowContext(ctx, l.s.d.rebind(p.Horizon)).Scan(&horizon, &now) }
+	if p.HorizonInTx {
+		read = func(db core.DBTX) error {
+			return inTx(ctx, db, func(tx core.DBTX) error {
+				var n int
+				if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+l.pt).Scan(&n); err != nil {
+					return err
+				}
+				if err := tx.QueryRowContext(ctx, l.s.d.rebind(p.Horizon)).Scan(&horizon, &now); err != nil {
+					return err
+				}
+				if p.HorizonWarnings {
+					var warnings int
+					if err := tx.QueryRowContext(ctx, "SELECT @@warning_count").Scan(&warnings); err != nil {
+						return err
+					}
+					if warnings > 0 {
+						horizon = 0
+					}
+				}
+				return nil
+			})
+		}
+	}
+	if err := read(db); err != nil {
 		return 0, 0, fmt.Errorf("read the transaction horizon: %w", err)
+	}
+	horizon = max(horizon, 0)
+	if p.HorizonEvery > 0 {
+		// A stale view gives 0: keep the last horizon, which still holds.
+		l.horizonAt, l.horizon = time.Now(), max(horizon, l.horizon)
+		horizon = l.horizon
 	}
 	return position.Token(horizon), position.Token(now), nil
 }
@@ -288,9 +355,10 @@ func (l *posLog) Horizon(ctx context.Context, db core.DBTX) (position.Token, pos
 func (l *posLog) ClaimState(ctx context.Context, db core.DBTX, owner string, now time.Time) (position.State, error) {
 	s := l.s
 	var st position.State
+	ignore := cmp.Or(s.d.Position.InsertIgnore, "ON CONFLICT (relay) DO NOTHING")
 	err := inTx(ctx, db, func(tx core.DBTX) error {
 		if _, err := tx.ExecContext(ctx, s.d.rebind("INSERT INTO "+l.pt+" (relay, floor_pos, cursor_pos, open_pos, owner, updated_at) "+
-			"VALUES (?, 0, 0, '[]', ?, ?) ON CONFLICT (relay) DO NOTHING"), positionRelay, owner, s.ts(now)); err != nil {
+			"VALUES (?, 0, 0, '[]', ?, ?) "+ignore), positionRelay, owner, s.ts(now)); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, s.d.rebind("UPDATE "+l.pt+" SET owner = ?, updated_at = ? WHERE relay = ?"),
@@ -366,9 +434,13 @@ func (l *posLog) MarkFailed(ctx context.Context, db core.DBTX, id string, dead b
 // position order, through the stream index.
 func (l *posLog) PurgeStream(ctx context.Context, db core.DBTX, before time.Time, limit int) (int64, error) {
 	s := l.s
-	sub := "SELECT event_id FROM " + s.qt + " WHERE pos IS NOT NULL AND pos <= (SELECT floor_pos FROM " + l.pt +
-		" WHERE relay = ?) AND status = " + stStream + " AND created_at < ? ORDER BY pos LIMIT ?"
-	n, err := s.exec(ctx, db, "DELETE FROM "+s.qt+" WHERE "+s.d.idsIn(sub), positionRelay, s.ts(before), limit)
+	where := "pos IS NOT NULL AND pos <= (SELECT floor_pos FROM " + l.pt + " WHERE relay = ?) AND status = " + stStream +
+		" AND created_at < ? ORDER BY pos LIMIT ?"
+	q := "DELETE FROM " + s.qt + " WHERE " + s.d.idsIn("SELECT event_id FROM "+s.qt+" WHERE "+where)
+	if s.d.LimitedWrites {
+		q = "DELETE FROM " + s.qt + " WHERE " + where
+	}
+	n, err := s.exec(ctx, db, q, positionRelay, s.ts(before), limit)
 	return n, s.wrap("purge delivered stream events", err)
 }
 

@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS `outbox_event_key` (
     PRIMARY KEY (aggregate_type, aggregate_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 ALTER TABLE `outbox_event` ADD COLUMN pos BIGINT NULL;
+/*M!100500 CREATE SEQUENCE IF NOT EXISTS `outbox_event_pos_seq` */;
 CREATE UNIQUE INDEX `outbox_event_stream` ON `outbox_event` (pos);
 CREATE TABLE IF NOT EXISTS `outbox_event_pos` (
     relay      VARCHAR(64)  NOT NULL,
@@ -42,5 +43,7 @@ CREATE TABLE IF NOT EXISTS `outbox_event_pos` (
     updated_at DATETIME(6)  NOT NULL,
     PRIMARY KEY (relay)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
+INSERT IGNORE INTO `outbox_event_pos` (relay, floor_pos, cursor_pos, open_pos, owner, updated_at)
+    VALUES ('default', 0, 0, '[]', '', UTC_TIMESTAMP(6));
 SELECT COUNT(*) FROM information_schema.statistics WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND index_name = ?;
 CREATE INDEX `outbox_event_lease` ON `outbox_event` (locked_by, locked_at);

@@ -7,6 +7,8 @@ UPDATE `outbox_event` SET status = 0 WHERE status = 5;
 
 DROP TABLE IF EXISTS `outbox_event_pos`;
 
+/*M!100500 DROP SEQUENCE IF EXISTS `outbox_event_pos_seq` */;
+
 DROP INDEX `outbox_event_stream` ON `outbox_event`;
 
 ALTER TABLE `outbox_event` DROP COLUMN pos;

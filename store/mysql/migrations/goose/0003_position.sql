@@ -3,6 +3,8 @@
 -- +goose Up
 ALTER TABLE `outbox_event` ADD COLUMN pos BIGINT NULL;
 
+/*M!100500 CREATE SEQUENCE IF NOT EXISTS `outbox_event_pos_seq` */;
+
 CREATE UNIQUE INDEX `outbox_event_stream` ON `outbox_event` (pos);
 
 CREATE TABLE IF NOT EXISTS `outbox_event_pos` (
@@ -15,6 +17,9 @@ CREATE TABLE IF NOT EXISTS `outbox_event_pos` (
     PRIMARY KEY (relay)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin;
 
+INSERT IGNORE INTO `outbox_event_pos` (relay, floor_pos, cursor_pos, open_pos, owner, updated_at)
+    VALUES ('default', 0, 0, '[]', '', UTC_TIMESTAMP(6));
+
 -- +goose Down
 UPDATE `outbox_event` SET status = 1, done_at = created_at
     WHERE status = 5 AND pos <= (SELECT COALESCE(MAX(floor_pos), 0) FROM `outbox_event_pos`);
@@ -22,6 +27,8 @@ UPDATE `outbox_event` SET status = 1, done_at = created_at
 UPDATE `outbox_event` SET status = 0 WHERE status = 5;
 
 DROP TABLE IF EXISTS `outbox_event_pos`;
+
+/*M!100500 DROP SEQUENCE IF EXISTS `outbox_event_pos_seq` */;
 
 DROP INDEX `outbox_event_stream` ON `outbox_event`;
 

@@ -7,6 +7,8 @@ UPDATE {{table}} SET status = 0 WHERE status = 5;
 
 DROP TABLE IF EXISTS {{postable}};
 
+/*M!100500 DROP SEQUENCE IF EXISTS {{posseq}} */;
+
 DROP INDEX {{index:stream}} ON {{table}};
 
 ALTER TABLE {{table}} DROP COLUMN pos;
