@@ -176,14 +176,18 @@ func dialect(claim ClaimStrategy) (sqlstore.Dialect, error) {
 		TerminalByCreated: true,
 		// The planner could prefer a table scan and a sort when most of the
 		// table is pending; the claim must never sort the backlog.
-		ClaimIndexHint:    "FORCE INDEX ({{index:lane}})",
-		LimitedWrites:     true,
-		MaxParams:         65535,
-		UpgradeOrdering:   upgradeOrdering,
-		UpgradePosition:   upgradePosition,
-		Position:          positionSQL,
-		Keys:              sqlstore.KeysLimited,
-		LockingRead:       "FOR UPDATE",
+		ClaimIndexHint:  "FORCE INDEX ({{index:lane}})",
+		LimitedWrites:   true,
+		MaxParams:       65535,
+		UpgradeOrdering: upgradeOrdering,
+		UpgradePosition: upgradePosition,
+		Position:        positionSQL,
+		Keys:            sqlstore.KeysLimited,
+		LockingRead:     "FOR UPDATE",
+		// An ordered DONE batch names up to 512 events and 64 keys:
+		// without the hint, MariaDB scans a small table's whole primary
+		// key from its first row, waiting for rows outside the batch.
+		PrimaryKeyHint:    "FORCE INDEX (PRIMARY)",
 		IsAlreadyExists:   isAlreadyExists,
 		IsUniqueViolation: isUniqueViolation,
 		IsRetryable:       isRetryable,
@@ -194,6 +198,7 @@ func dialect(claim ClaimStrategy) (sqlstore.Dialect, error) {
 	case ClaimSkipLocked:
 		d.Claim = sqlstore.ClaimSelectForUpdate
 		d.ClaimLock = "FOR UPDATE SKIP LOCKED"
+		d.LockingReadSkip = "FOR UPDATE SKIP LOCKED"
 		d.DDL = strings.Replace(ddl, leaseIndexMarker, "", 1)
 		d.Migrations = withLeaseIndex(migrationTemplates, "")
 	case ClaimUpdateLimit:

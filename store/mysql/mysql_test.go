@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -116,5 +117,66 @@ func TestSchemaQualifiedTableAndLeaseIndex(t *testing.T) {
 	evs, _, err := limit.Claim(ctx, tg.DB, core.ClaimParams{Owner: "o", Now: time.Now().Add(time.Second), LeaseTimeout: time.Minute, Limit: 10})
 	if err != nil || len(evs) != 1 || evs[0].ID() != "q-1" {
 		t.Fatalf("claim = %v, %v", evs, err)
+	}
+}
+
+// TestDoneBatchPassesHeldKey: a DONE batch finishes the keys whose rows it
+// can lock at once without waiting for a writer of another key.
+func TestDoneBatchPassesHeldKey(t *testing.T) {
+	t.Parallel()
+	testdb.DoneBatchPassesHeldKey(t, testdb.MySQL(t))
+}
+
+// TestDoneBatchLocksOnlyItsKeys: a DONE batch of 64 keys of a 200-key table
+// finishes while a writer holds the table's first key row, outside the
+// batch. Without its index hint MariaDB walked the whole primary key of
+// the key table from that row for the batch's key UPDATE, and waited there.
+func TestDoneBatchLocksOnlyItsKeys(t *testing.T) {
+	t.Parallel()
+	tg := testdb.MySQL(t)
+	ctx := context.Background()
+	st, ok := core.StoreAs[core.OrderedStore](tg.Ordered)
+	if !ok {
+		t.Fatalf("%T is not ordered", tg.Ordered)
+	}
+	env := func(id, key string) core.Envelope {
+		e, err := core.NewEnvelope(core.EnvelopeSpec{ID: id, Type: core.EventName("Placed"),
+			AggregateType: core.AggregateName("Order"), AggregateID: key, JSON: []byte(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	const owner, keys, batch = "finisher", 200, 64
+	var envs []core.Envelope
+	var ids []string
+	for k := range keys {
+		key := fmt.Sprintf("k-%03d", k)
+		envs = append(envs, env(key+"-1", key))
+		if k >= keys/2 && len(ids) < batch {
+			ids = append(ids, key+"-1")
+		}
+	}
+	if _, err := st.InsertOrdered(ctx, tg.DB, envs, core.InsertOptions{LeaseOwner: owner, LeaseAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := tg.DB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if res, err := st.InsertOrdered(ctx, tx, []core.Envelope{env("k-000-2", "k-000")}, core.InsertOptions{}); err != nil || len(res.Waiting) != 1 {
+		t.Fatalf("write k-000-2: waiting %v, err %v", res.Waiting, err)
+	}
+	// A safety net, not a measure: a batch that waits for the writer's row
+	// waits until the writer commits, which is after this call.
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	n, promoted, err := st.MarkDoneOrdered(wctx, tg.DB, owner, ids, time.Now())
+	if err != nil || n != batch || len(promoted) != 0 {
+		t.Fatalf("mark done %d heads of keys k-100.. while a writer holds k-000: n=%d promoted=%v err=%v: the batch waited for a key row outside its keys", batch, n, promoted, err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/outboxkit/outbox/core"
 )
 
-// DoneBatchPassesHeldKey checks, on PostgreSQL (where a writer locks
+// DoneBatchPassesHeldKey checks, on a server database (where a writer locks
 // one key row, not the whole database), that a DONE batch of ordered events
 // does not let a key whose row a writer holds stretch the batch: of a batch
 // of key A's head and key B's, B's DONE commits while the writer of A's next

@@ -81,6 +81,21 @@ type Dialect struct {
 	// committed row and lock it ("FOR UPDATE"); "" where the database
 	// locks the whole database for a write transaction (SQLite).
 	LockingRead string
+	// LockingReadSkip is appended to a SELECT that locks the rows it
+	// returns and passes, without waiting, those another transaction
+	// holds ("FOR UPDATE SKIP LOCKED"); "" where the database has no such
+	// read or needs none (SQLite, whose one writer holds the database).
+	// With it, a DONE batch of ordered events first finishes the keys it
+	// can lock at once (see MarkDoneOrdered).
+	LockingReadSkip string
+	// PrimaryKeyHint is put right after the table's name in the
+	// statements of an ordered DONE batch that name rows by their primary
+	// key (the locking read and the DONE update of the events, the key
+	// UPDATE, the locking read of LockingReadSkip), e.g. "FORCE INDEX
+	// (PRIMARY)": MariaDB plans a statement that names a third of a small
+	// table's rows (64 of 200) as a scan of its whole primary key from the
+	// first row, which locks, and waits for, rows outside its list.
+	PrimaryKeyHint string
 	// ErrorAbortsTx: a failed statement aborts the whole transaction
 	// (PostgreSQL), so that the statements of one ordered write need no
 	// savepoint to stay all-or-nothing.

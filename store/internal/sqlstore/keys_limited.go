@@ -61,11 +61,9 @@ func (k *limitedKeys) takeSeqs(ctx context.Context, db core.DBTX, key orderKey, 
 	return last, id%2 == 1, nil
 }
 
-// markDone implements keyStrategy with finish and advance, in one
-// transaction that waits for the key rows (it has no first pass).
-func (k *limitedKeys) markDone(ctx context.Context, tx core.DBTX, owner string, ids []string, now, leaseAt time.Time, _ bool) (int64, []core.Event, []string, error) {
-	n, promoted, err := k.s.finish(ctx, tx, owner, ids, now, leaseAt, doneSet, []any{k.s.ts(now)}, everyKey)
-	return n, promoted, nil, err
+// markDone implements keyStrategy with finish and advance.
+func (k *limitedKeys) markDone(ctx context.Context, tx core.DBTX, owner string, ids []string, now, leaseAt time.Time, wait bool) (int64, []core.Event, []string, error) {
+	return k.s.finish(ctx, tx, owner, ids, now, leaseAt, wait, doneSet, []any{k.s.ts(now)}, everyKey)
 }
 
 // advance implements keyStrategy in two statements per keyChunk keys
@@ -148,7 +146,7 @@ func (k *limitedKeys) moveKeysStmt(runs []seqRun, now time.Time) (string, []any)
 	var set, where strings.Builder
 	uargs := make([]any, 0, 6*len(runs)+1)
 	wargs := make([]any, 0, 3*len(runs))
-	set.WriteString("UPDATE " + s.table.KeyTable().Quoted(s.d.Quote) + " SET done_seq = CASE")
+	set.WriteString("UPDATE " + s.table.KeyTable().Quoted(s.d.Quote) + s.pkHint() + " SET done_seq = CASE")
 	for i, r := range runs {
 		set.WriteString(" WHEN aggregate_type = ? AND aggregate_id = ? AND done_seq = ? THEN IF(last_seq > ?, LAST_INSERT_ID(?), ?)")
 		uargs = append(uargs, r.key.aggType, r.key.aggID, r.from, r.to, r.to, r.to)

@@ -38,11 +38,9 @@ func (k *returningKeys) takeSeqs(ctx context.Context, db core.DBTX, key orderKey
 	return last, done == last-int64(n), err
 }
 
-// markDone implements keyStrategy with finish and advance, in one
-// transaction that waits for the key rows (it has no first pass).
-func (k *returningKeys) markDone(ctx context.Context, tx core.DBTX, owner string, ids []string, now, leaseAt time.Time, _ bool) (int64, []core.Event, []string, error) {
-	n, promoted, err := k.s.finish(ctx, tx, owner, ids, now, leaseAt, doneSet, []any{k.s.ts(now)}, everyKey)
-	return n, promoted, nil, err
+// markDone implements keyStrategy with finish and advance.
+func (k *returningKeys) markDone(ctx context.Context, tx core.DBTX, owner string, ids []string, now, leaseAt time.Time, wait bool) (int64, []core.Event, []string, error) {
+	return k.s.finish(ctx, tx, owner, ids, now, leaseAt, wait, doneSet, []any{k.s.ts(now)}, everyKey)
 }
 
 // advance implements keyStrategy: per keyChunk keys, in key order, three

@@ -205,10 +205,10 @@ type keyStrategy interface {
 	// markDone marks DONE the rows of ids (sorted, distinct) owner still
 	// leases, in tx, moves their keys and promotes the keys' next events,
 	// leased by owner at leaseAt; it returns how many rows it marked and
-	// the promoted events. Unless wait, KeysWritableCTE waits for no key
-	// row another transaction holds: it leaves the rows of those keys as
-	// they are and returns their ids as busy, for a later call that waits.
-	// The other strategies always wait, and return no busy ids.
+	// the promoted events. Unless wait, KeysWritableCTE, and the others
+	// where Dialect.LockingReadSkip is set, wait for no key row another
+	// transaction holds: they leave the rows of those keys as they are and
+	// return their ids as busy, for a later call that waits.
 	markDone(ctx context.Context, tx core.DBTX, owner string, ids []string, now, leaseAt time.Time, wait bool) (n int64, promoted []core.Event, busy []string, err error)
 	// advance moves each key of fs (sorted by key and seq) from done_seq
 	// through the finished seqs that follow it without a gap, and promotes

@@ -16,13 +16,14 @@ import (
 // leases, then, per ordered key in key order, the key update and the
 // promotion of the key's next event, in READ COMMITTED transactions (each
 // retried after a deadlock when db is a pool). On PostgreSQL
-// (KeysWritableCTE) the first waits for no key row: it finishes the events
+// (KeysWritableCTE) and where Dialect.LockingReadSkip is set (MySQL 8,
+// MariaDB 10.6+) the first waits for no key row: it finishes the events
 // whose key rows it can lock at once and commits, so that their keys are
-// held no longer than its statement and its commit take, whatever writers
+// held no longer than its statements and its commit take, whatever writers
 // of other keys are doing; a second, only when some key row was held (by a
 // writer of the key, until it commits), finishes the events of those keys,
-// waiting for their rows. The other strategies finish the whole chunk in
-// one transaction that waits.
+// waiting for their rows. Elsewhere one transaction finishes the chunk,
+// waiting.
 // The promoted events are leased at now plus the time spent until then,
 // so that a wait does not eat into their lease.
 func (s *Store) MarkDoneOrdered(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
@@ -68,7 +69,7 @@ func (s *Store) MarkDeadOrdered(ctx context.Context, db core.DBTX, owner, id str
 	err := s.retry(ctx, db, func() error {
 		return inTx(ctx, db, func(tx core.DBTX) error {
 			var err error
-			n, promoted, err = s.finish(ctx, tx, owner, []string{id}, now, now, deadSet,
+			n, promoted, _, err = s.finish(ctx, tx, owner, []string{id}, now, now, true, deadSet,
 				[]any{s.ts(now), core.TruncateError(lastErr)},
 				func(aggType string) bool { p, _ := s.ordering.Ordered(aggType); return p == core.DeadContinues })
 			return err
@@ -94,57 +95,135 @@ func everyKey(string) bool { return true }
 // after a locking read of them, and moves past each of them, with the key
 // strategy's advance, the keys of those that are ordered and whose
 // aggregate type advance accepts, promoting the keys' next events leased by
-// owner at leaseAt. It runs in tx, a transaction.
-func (s *Store) finish(ctx context.Context, tx core.DBTX, owner string, ids []string, now, leaseAt time.Time,
-	set string, setArgs []any, advance func(aggType string) bool) (int64, []core.Event, error) {
-	q, args := s.inList("SELECT event_id, aggregate_type, aggregate_id, seq FROM "+s.qt+
+// owner at leaseAt. Unless wait, and where the database can pass locked rows
+// (Dialect.LockingReadSkip), it first locks the rows of those keys without
+// waiting, and leaves alone, returning their ids as busy, the rows of the
+// keys another transaction holds. It runs in tx, a transaction.
+func (s *Store) finish(ctx context.Context, tx core.DBTX, owner string, ids []string, now, leaseAt time.Time, wait bool,
+	set string, setArgs []any, advance func(aggType string) bool) (int64, []core.Event, []string, error) {
+	q, args := s.inList("SELECT event_id, aggregate_type, aggregate_id, seq FROM "+s.qt+s.pkHint()+
 		" WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (", s.padIDs(ids), owner)
 	rows, err := tx.QueryContext(ctx, s.d.rebind(q+")"+lockingRead(s.d)), args...)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	var held []string
 	var keys []finished
+	keyOf := map[string]orderKey{} // the ordered rows of held
 	for rows.Next() {
 		var id, aggType string
 		var aggID sql.NullString
 		var seq sql.NullInt64
 		if err := rows.Scan(&id, &aggType, &aggID, &seq); err != nil {
 			rows.Close()
-			return 0, nil, err
+			return 0, nil, nil, err
 		}
 		held = append(held, id)
 		if seq.Valid && aggID.Valid && advance(aggType) {
-			keys = append(keys, finished{orderKey{aggType, aggID.String}, seq.Int64})
+			k := orderKey{aggType, aggID.String}
+			keys = append(keys, finished{k, seq.Int64})
+			keyOf[id] = k
 		}
 	}
 	if err := rows.Close(); err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	if err := rows.Err(); err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	if len(held) == 0 {
-		return 0, nil, nil
-	}
-	q, args = s.inList("UPDATE "+s.qt+" SET "+set+" WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (",
-		s.padIDs(held), append(setArgs, owner)...)
-	res, err := tx.ExecContext(ctx, s.d.rebind(q+")"), args...)
-	if err != nil {
-		return 0, nil, err
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, nil, err
-	}
-	if len(keys) == 0 {
-		return n, nil, nil
+		return 0, nil, nil, nil
 	}
 	slices.SortFunc(keys, func(a, b finished) int {
 		return cmp.Or(compareKeys(a.key, b.key), cmp.Compare(a.seq, b.seq))
 	})
+	var busy []string
+	if !wait && len(keys) > 0 && s.d.LockingReadSkip != "" {
+		free, err := s.lockFreeKeys(ctx, tx, keys)
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		if len(free) < len(keys) {
+			keys = slices.DeleteFunc(keys, func(f finished) bool { return !free[f.key] })
+			held = slices.DeleteFunc(held, func(id string) bool {
+				k, ordered := keyOf[id]
+				if ordered && !free[k] {
+					busy = append(busy, id)
+					return true
+				}
+				return false
+			})
+			if len(held) == 0 {
+				return 0, nil, busy, nil
+			}
+		}
+	}
+	q, args = s.inList("UPDATE "+s.qt+s.pkHint()+" SET "+set+" WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (",
+		s.padIDs(held), append(setArgs, owner)...)
+	res, err := tx.ExecContext(ctx, s.d.rebind(q+")"), args...)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if len(keys) == 0 {
+		return n, nil, busy, nil
+	}
 	promoted, err := s.keys.advance(ctx, tx, keys, owner, now, leaseAt)
-	return n, promoted, err
+	return n, promoted, busy, err
+}
+
+// lockFreeKeys locks the rows of the keys of fs (sorted by key) that no
+// other transaction holds, without waiting (Dialect.LockingReadSkip), one
+// statement per keyChunk keys, and returns those it locked.
+func (s *Store) lockFreeKeys(ctx context.Context, tx core.DBTX, fs []finished) (map[orderKey]bool, error) {
+	var keys []orderKey
+	for i, f := range fs {
+		if i == 0 || f.key != fs[i-1].key {
+			keys = append(keys, f.key)
+		}
+	}
+	free := make(map[orderKey]bool, len(keys))
+	for chunk := range slices.Chunk(keys, keyChunk) {
+		q, args := s.lockKeysSQL(chunk)
+		rows, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var k orderKey
+			if err := rows.Scan(&k.aggType, &k.aggID); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			free[k] = true
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return free, nil
+}
+
+// lockKeysSQL returns the locking read of lockFreeKeys of keys and its
+// arguments.
+func (s *Store) lockKeysSQL(keys []orderKey) (string, []any) {
+	match, args := s.keyMatch(keys, nil)
+	return s.d.rebind("SELECT aggregate_type, aggregate_id FROM " + s.table.KeyTable().Quoted(s.d.Quote) + s.pkHint() +
+		" WHERE " + match + " " + s.d.LockingReadSkip), args
+}
+
+// pkHint returns Dialect.PrimaryKeyHint with a space before it, or "".
+func (s *Store) pkHint() string {
+	if s.d.PrimaryKeyHint == "" {
+		return ""
+	}
+	return " " + s.d.PrimaryKeyHint
 }
 
 // keyChunk is the most keys one key statement of advance names. The key

@@ -66,7 +66,9 @@ func PlanStatements(s *Store, now time.Time) []Statement {
 // KeyPlanStatements returns, for a dialect with KeysLimited, the
 // statements of a DONE batch that finishes the first event of as many of
 // aggIDs (keys of aggType) as one statement names: the key UPDATE
-// ("key-advance") and the promotion of the keys' second events ("promote"),
+// ("key-advance"), the promotion of the keys' second events ("promote")
+// and, with Dialect.LockingReadSkip, the locking read of the key rows that
+// passes held ones ("key-lock"),
 // bound to sample arguments around now. They must walk their indexes (the
 // key table's primary key; the events' seq index, then the key rows) at the
 // largest batch, whatever the table's statistics. Other dialects return
@@ -87,5 +89,14 @@ func KeyPlanStatements(s *Store, aggType string, aggIDs []string, now time.Time)
 		pargs = append(pargs, r.key.aggType, r.key.aggID, r.to+1)
 	}
 	promote, _ := k.promoteSQL(len(runs))
-	return []Statement{{"key-advance", q, args}, {"promote", promote, pargs}}
+	out := []Statement{{"key-advance", q, args}, {"promote", promote, pargs}}
+	if s.d.LockingReadSkip != "" {
+		keys := make([]orderKey, len(runs))
+		for i, r := range runs {
+			keys[i] = r.key
+		}
+		lock, largs := s.lockKeysSQL(keys)
+		out = append(out, Statement{"key-lock", lock, largs})
+	}
+	return out
 }

@@ -6,17 +6,21 @@ ROLLBACK;
 
 -- MarkDoneOrdered of three events (one of them ordered)
 BEGIN ISOLATION LEVEL READ COMMITTED;
-SELECT event_id, aggregate_type, aggregate_id, seq FROM `outbox_event` WHERE locked_by = ? AND status NOT IN (1, 3) AND event_id IN (?, ?, ?) FOR UPDATE;
-UPDATE `outbox_event` SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL WHERE locked_by = ? AND status NOT IN (1, 3) AND event_id IN (?);
-UPDATE `outbox_event_key` SET done_seq = CASE WHEN aggregate_type = ? AND aggregate_id = ? AND done_seq = ? THEN IF(last_seq > ?, LAST_INSERT_ID(?), ?) ELSE done_seq END, updated_at = ? WHERE (aggregate_type = ? AND aggregate_id = ? AND done_seq = ?) ORDER BY aggregate_type, aggregate_id;
+SELECT event_id, aggregate_type, aggregate_id, seq FROM `outbox_event` FORCE INDEX (PRIMARY) WHERE locked_by = ? AND status NOT IN (1, 3) AND event_id IN (?, ?, ?) FOR UPDATE;
+SELECT aggregate_type, aggregate_id FROM `outbox_event_key` FORCE INDEX (PRIMARY) WHERE ((aggregate_type = ? AND aggregate_id = ?)) FOR UPDATE SKIP LOCKED;
+COMMIT;
+BEGIN ISOLATION LEVEL READ COMMITTED;
+SELECT event_id, aggregate_type, aggregate_id, seq FROM `outbox_event` FORCE INDEX (PRIMARY) WHERE locked_by = ? AND status NOT IN (1, 3) AND event_id IN (?) FOR UPDATE;
+UPDATE `outbox_event` FORCE INDEX (PRIMARY) SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL WHERE locked_by = ? AND status NOT IN (1, 3) AND event_id IN (?);
+UPDATE `outbox_event_key` FORCE INDEX (PRIMARY) SET done_seq = CASE WHEN aggregate_type = ? AND aggregate_id = ? AND done_seq = ? THEN IF(last_seq > ?, LAST_INSERT_ID(?), ?) ELSE done_seq END, updated_at = ? WHERE (aggregate_type = ? AND aggregate_id = ? AND done_seq = ?) ORDER BY aggregate_type, aggregate_id;
 UPDATE `outbox_event` e STRAIGHT_JOIN `outbox_event_key` k ON k.aggregate_type = e.aggregate_type AND k.aggregate_id = e.aggregate_id AND k.done_seq = e.seq - 1 SET e.status = 0, e.locked_by = ?, e.locked_at = ? WHERE e.status = 4 AND ((e.aggregate_type = ? AND e.aggregate_id = ? AND e.seq = ?));
 SELECT event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, status, attempts, available_at, created_at, done_at, last_error, locked_by, locked_at, seq FROM `outbox_event` WHERE status = 0 AND locked_by = ? AND locked_at = ? AND ((aggregate_type = ? AND aggregate_id = ? AND seq = ?));
 COMMIT;
 
 -- MarkDeadOrdered
 BEGIN ISOLATION LEVEL READ COMMITTED;
-SELECT event_id, aggregate_type, aggregate_id, seq FROM `outbox_event` WHERE locked_by = ? AND status NOT IN (1, 3) AND event_id IN (?) FOR UPDATE;
-UPDATE `outbox_event` SET status = 3, attempts = attempts + 1, done_at = ?, last_error = ?, locked_by = NULL, locked_at = NULL WHERE locked_by = ? AND status NOT IN (1, 3) AND event_id IN (?);
+SELECT event_id, aggregate_type, aggregate_id, seq FROM `outbox_event` FORCE INDEX (PRIMARY) WHERE locked_by = ? AND status NOT IN (1, 3) AND event_id IN (?) FOR UPDATE;
+UPDATE `outbox_event` FORCE INDEX (PRIMARY) SET status = 3, attempts = attempts + 1, done_at = ?, last_error = ?, locked_by = NULL, locked_at = NULL WHERE locked_by = ? AND status NOT IN (1, 3) AND event_id IN (?);
 COMMIT;
 
 -- SkipDead of three events
