@@ -342,11 +342,7 @@ func (o *Outbox) newGate(cfg Config) (*active.Gate, error) {
 
 // positionLog returns the position log of st, nil when it has none.
 func positionLog(st core.Store) position.Log {
-	src, ok := core.StoreAs[position.Source](st)
-	if !ok {
-		return nil
-	}
-	return src.PositionLog()
+	return position.LogOf(st)
 }
 
 // validate reports the first rule of c that New cannot accept: the fields

@@ -329,8 +329,7 @@ func TestPositionRollbackLeavesNoHole(t *testing.T) {
 		after := write(t, ob, 3, "after")
 		after = append(after, writePlain(t, tg, ob, 3, "after-plain")...)
 		waitSeen(t, &f.seen, after...)
-		src, _ := core.StoreAs[position.Source](tg.Store)
-		lg := src.PositionLog()
+		lg := position.LogOf(tg.Store)
 		// A gap becomes final when every transaction older than it has
 		// ended on the whole server, other tests' included.
 		end := time.Now().Add(floorDeadline)

@@ -18,11 +18,7 @@ func (s positional) Unwrap() core.Store { return s.SchemaManager }
 // positionLog returns the position log of st, nil when its database has
 // none (MySQL, MariaDB).
 func positionLog(st core.Store) position.Log {
-	src, ok := core.StoreAs[position.Source](st)
-	if !ok {
-		return nil
-	}
-	return src.PositionLog()
+	return position.LogOf(st)
 }
 
 // hasPosition reports whether tg runs position delivery.

@@ -50,6 +50,9 @@
 //	store.SchemaManager        Store           postgres, mysql, sqlite     outboxctl, bench, test suites: table name, DDL, CreateSchema
 //	migrations.Source          Store           postgres, mysql, sqlite     migrations.Migrator (requires it): versioned migrations
 //	migrations.ExistsReporter  Source          mysql, sqlite               migrations.Migrator: skips an ADD already applied
+//	position.Source            Store           postgres, mysql (MariaDB),  outbox: Config.Delivery = DeliveryPosition (requires it);
+//	(internal, unexported                      sqlite                      a store outside the module cannot offer it
+//	method)
 //	StoreUnwrapper             Store           wrappers (outboxotel)       StoreAs: the wrapped store's capabilities stay visible
 //	AsyncListener              Listener        the broker publishers       dispatch: Workers left zero runs the largest InFlight
 //	LatencyMetrics             Metrics         metrics/prometheus,         dispatch, poller: duration histograms

@@ -91,9 +91,38 @@ type Log interface {
 	MarkFailed(ctx context.Context, db core.DBTX, id string, dead bool, at time.Time, lastErr string) (bool, error)
 }
 
-// Source is implemented by the stores that offer a Log (found with
-// core.StoreAs). PositionLog returns nil when the store's database has no
-// position delivery yet.
+// Source is implemented by the stores that offer a Log, through an
+// embedded Provider. Its method is unexported, so that the Log, a type of
+// this internal package, is reachable only from inside the module; a type
+// that embeds a store, or a wrapper that unwraps to one (core.StoreAs),
+// keeps it. LogOf is the accessor.
 type Source interface {
-	PositionLog() Log
+	positionLog() Log
+}
+
+// Provider gives a store the Source capability: the store embeds it under
+// an unexported alias (type positionProvider = position.Provider), so that
+// neither the field nor the method shows in the store's exported API.
+type Provider struct{ log func() Log }
+
+// NewProvider returns a Provider whose Log is log(); log may return nil
+// when the store's database has no position delivery yet.
+func NewProvider(log func() Log) Provider { return Provider{log: log} }
+
+func (p Provider) positionLog() Log {
+	if p.log == nil {
+		return nil
+	}
+	return p.log()
+}
+
+// LogOf returns the position log of st, looking through wrappers with
+// core.StoreAs; nil when st has none, or its database has no position
+// delivery yet.
+func LogOf(st core.Store) Log {
+	src, ok := core.StoreAs[Source](st)
+	if !ok {
+		return nil
+	}
+	return src.positionLog()
 }

@@ -67,11 +67,10 @@ func newFixture(t *testing.T, tg testdb.Target) *fixture { return newFixtureOf(t
 
 func newFixtureOf(t *testing.T, tg testdb.Target, owner string) *fixture {
 	t.Helper()
-	src, ok := core.StoreAs[position.Source](tg.Store)
-	if !ok || src.PositionLog() == nil {
+	lg := position.LogOf(tg.Store)
+	if lg == nil {
 		t.Skipf("%s has no position log", tg.Name)
 	}
-	lg := src.PositionLog()
 	if err := lg.CheckSchema(context.Background(), tg.DB); err != nil {
 		t.Fatal(err)
 	}

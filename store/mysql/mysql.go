@@ -125,9 +125,10 @@ type Config struct {
 // Its methods are generated (store_gen.go), but for CreateSchema: each one
 // runs the shared SQL of this module's stores in this dialect.
 type Store struct {
-	shared *sqlstore.Store
-	claim  ClaimStrategy
-	table  sqlstore.TableName
+	positionProvider // position.Source: the store side of position delivery, for package outbox
+	shared           *sqlstore.Store
+	claim            ClaimStrategy
+	table            sqlstore.TableName
 }
 
 // New validates cfg and returns a Store. A bad table name or an unknown claim
@@ -146,7 +147,9 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{shared: shared, claim: cfg.Claim, table: table}, nil
+	s := &Store{shared: shared, claim: cfg.Claim, table: table}
+	s.positionProvider = newPositionProvider(s)
+	return s, nil
 }
 
 // The read-back index of ClaimUpdateLimit: a line of schema.sql's CREATE

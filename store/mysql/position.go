@@ -56,11 +56,18 @@ var positionSQL = &sqlstore.PositionSQL{
 // that of innodb_trx.trx_started.
 const systemTZ = "SET STATEMENT time_zone = 'SYSTEM' FOR "
 
-// PositionLog returns the store side of position delivery
-// (outbox.DeliveryPosition), for package outbox. It runs on MariaDB only:
+// positionProvider gives Store the position.Source capability without
+// showing it in the package's API.
+type positionProvider = position.Provider
+
+// newPositionProvider returns the position.Source of s, for New.
+func newPositionProvider(s *Store) positionProvider { return position.NewProvider(s.newPositionLog) }
+
+// newPositionLog returns the store side of position delivery
+// (outbox.DeliveryPosition), for package outbox (through position.LogOf). It runs on MariaDB only:
 // its CheckSchema, which outbox.Outbox.Start calls, refuses MySQL and a
 // MariaDB server it cannot run on (see checkPosition).
-func (s *Store) PositionLog() position.Log { return s.shared.PositionLog(s.checkPosition) }
+func (s *Store) newPositionLog() position.Log { return s.shared.PositionLog(s.checkPosition) }
 
 // MariaDB server error numbers of the checks.
 const errSpecificAccessDenied = 1227 // ER_SPECIFIC_ACCESS_DENIED_ERROR

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/position"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/store/mysql"
 )
@@ -18,7 +19,7 @@ func TestPositionCheck(t *testing.T) {
 	tg := testdb.MySQL(t)
 	ctx := context.Background()
 	st := tg.Store.(*mysql.Store)
-	lg := st.PositionLog()
+	lg := position.LogOf(st)
 	if lg == nil {
 		t.Fatal("no position log")
 	}

@@ -28,10 +28,17 @@ var positionSQL = &sqlstore.PositionSQL{
 	Horizon: "SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint FROM pg_current_snapshot() s",
 }
 
-// PositionLog returns the store side of position delivery
-// (outbox.DeliveryPosition), for package outbox; nil on a partitioned
+// positionProvider gives Store the position.Source capability without
+// showing it in the package's API.
+type positionProvider = position.Provider
+
+// newPositionProvider returns the position.Source of s, for New.
+func newPositionProvider(s *Store) positionProvider { return position.NewProvider(s.newPositionLog) }
+
+// newPositionLog returns the store side of position delivery
+// (outbox.DeliveryPosition), for package outbox (through position.LogOf); nil on a partitioned
 // table, where position delivery does not run yet.
-func (s *Store) PositionLog() position.Log { return s.shared.PositionLog(s.checkPosition) }
+func (s *Store) newPositionLog() position.Log { return s.shared.PositionLog(s.checkPosition) }
 
 // checkPosition is the schema check of a table used by position delivery.
 func (s *Store) checkPosition(ctx context.Context, db core.DBTX) error {

@@ -73,9 +73,10 @@ type Config struct {
 // Its methods are generated (store_gen.go): each one runs the shared SQL of
 // this module's stores in this dialect.
 type Store struct {
-	shared  *sqlstore.Store
-	channel string       // the NOTIFY channel of the table (channel)
-	parts   *partitioner // nil: a plain table
+	positionProvider // position.Source: the store side of position delivery, for package outbox
+	shared           *sqlstore.Store
+	channel          string       // the NOTIFY channel of the table (channel)
+	parts            *partitioner // nil: a plain table
 }
 
 // New validates cfg and returns a Store. A bad table name returns an error
@@ -105,7 +106,9 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{shared: shared, channel: channel(shared.Table()), parts: parts}, nil
+	s := &Store{shared: shared, channel: channel(shared.Table()), parts: parts}
+	s.positionProvider = newPositionProvider(s)
+	return s, nil
 }
 
 // dialect returns the PostgreSQL dialect of the shared SQL store.

@@ -23,9 +23,16 @@ var positionSQL = &sqlstore.PositionSQL{
 	RowsPerInsert: 1,
 }
 
-// PositionLog returns the store side of position delivery
-// (outbox.DeliveryPosition), for package outbox.
-func (s *Store) PositionLog() position.Log { return s.shared.PositionLog(s.checkPosition) }
+// positionProvider gives Store the position.Source capability without
+// showing it in the package's API.
+type positionProvider = position.Provider
+
+// newPositionProvider returns the position.Source of s, for New.
+func newPositionProvider(s *Store) positionProvider { return position.NewProvider(s.newPositionLog) }
+
+// newPositionLog returns the store side of position delivery
+// (outbox.DeliveryPosition), for package outbox (through position.LogOf).
+func (s *Store) newPositionLog() position.Log { return s.shared.PositionLog(s.checkPosition) }
 
 // checkPosition is the schema check of a table used by position delivery.
 func (s *Store) checkPosition(ctx context.Context, db core.DBTX) error {

@@ -55,7 +55,8 @@ type Config struct {
 // Its methods are generated (store_gen.go): each one runs the shared SQL of
 // this module's stores in this dialect.
 type Store struct {
-	shared *sqlstore.Store
+	positionProvider // position.Source: the store side of position delivery, for package outbox
+	shared           *sqlstore.Store
 }
 
 // New validates cfg and returns a Store. A bad table name returns an error
@@ -69,7 +70,9 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{shared: shared}, nil
+	s := &Store{shared: shared}
+	s.positionProvider = newPositionProvider(s)
+	return s, nil
 }
 
 // dialect returns the SQLite dialect of the shared SQL store.
