@@ -153,10 +153,10 @@ func inTxOpts(ctx context.Context, db core.DBTX, opts *sql.TxOptions, fn func(tx
 
 // inList appends "?, ?, ..." for ids to prefix and returns the rebound query
 // (without the closing parenthesis) and the arguments.
-func (s *Store) inList(prefix string, ids []string, lead ...any) (string, []any) {
+func (s *Store) inList(prefix string, ids []string, head ...any) (string, []any) {
 	var sb strings.Builder
 	sb.WriteString(prefix)
-	args := append(lead, make([]any, 0, len(ids))...)
+	args := append(make([]any, 0, len(head)+len(ids)), head...)
 	for i, id := range ids {
 		if i > 0 {
 			sb.WriteString(", ")

@@ -49,7 +49,7 @@ func (s *Store) DeleteDoneBatch(ctx context.Context, db core.DBTX, owner string,
 }
 
 // leasedBatch runs prefix, completed by a list of ids and ")", for each chunk
-// of up to batchChunk ids, with the lead arguments before the ids, and returns
+// of up to batchChunk ids, with the head arguments before the ids, and returns
 // how many rows the statements changed.
 //
 // With Dialect.PadIDLists the id list is padded to a power of two by
@@ -57,10 +57,10 @@ func (s *Store) DeleteDoneBatch(ctx context.Context, db core.DBTX, owner string,
 // texts: drivers that cache prepared statements by text (pgx keeps 512 per
 // connection) reuse them instead of preparing, and evicting, one per batch
 // length.
-func (s *Store) leasedBatch(ctx context.Context, db core.DBTX, op, prefix string, ids []string, lead ...any) (int64, error) {
+func (s *Store) leasedBatch(ctx context.Context, db core.DBTX, op, prefix string, ids []string, head ...any) (int64, error) {
 	var total int64
 	for chunk := range slices.Chunk(ids, batchChunk) {
-		q, args := s.inList(prefix, s.padIDs(chunk), lead...)
+		q, args := s.inList(prefix, s.padIDs(chunk), head...)
 		n, err := s.exec(ctx, db, q+")", args...)
 		if err != nil {
 			return total, s.wrap(op, err)
