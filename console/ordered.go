@@ -2,11 +2,9 @@ package console
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dead"
@@ -182,18 +180,8 @@ type skipData struct {
 // skipConfirm shows what skipping an ordered DEAD head does, and the form
 // that does it.
 func (c *Console) skipConfirm(w http.ResponseWriter, r *http.Request) {
-	id, err := idParam(r.URL.Query())
-	if err != nil {
-		c.failErr(w, r, err)
-		return
-	}
-	ev, err := c.cfg.Store.Get(r.Context(), c.cfg.DB, id)
-	if errors.Is(err, core.ErrNotFound) {
-		c.fail(w, r, http.StatusNotFound, "no event with id "+strconv.Quote(id))
-		return
-	}
-	if err != nil {
-		c.failErr(w, r, err)
+	ev, ok := c.eventOf(w, r)
+	if !ok {
 		return
 	}
 	d := skipData{Event: ev}

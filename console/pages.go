@@ -261,22 +261,34 @@ type eventData struct {
 
 type header struct{ Key, Value string }
 
-func (c *Console) event(w http.ResponseWriter, r *http.Request) {
+// eventOf loads the event the request's id parameter names; on a bad id, an
+// unknown event or a failed read it answers the request itself and returns
+// false.
+func (c *Console) eventOf(w http.ResponseWriter, r *http.Request) (core.Event, bool) {
 	id, err := idParam(r.URL.Query())
 	if err != nil {
 		c.failErr(w, r, err)
-		return
+		return core.Event{}, false
 	}
 	ev, err := c.cfg.Store.Get(r.Context(), c.cfg.DB, id)
 	if errors.Is(err, core.ErrNotFound) {
 		c.fail(w, r, http.StatusNotFound, "no event with id "+strconv.Quote(id))
-		return
+		return core.Event{}, false
 	}
 	if err != nil {
 		c.failErr(w, r, err)
+		return core.Event{}, false
+	}
+	return ev, true
+}
+
+func (c *Console) event(w http.ResponseWriter, r *http.Request) {
+	ev, ok := c.eventOf(w, r)
+	if !ok {
 		return
 	}
 	d := eventData{Event: ev, ShowPayloads: c.cfg.ShowPayloads}
+	var err error
 	if d.Key, err = c.blockedKeyOf(r.Context(), ev); err != nil {
 		c.failErr(w, r, err)
 		return
