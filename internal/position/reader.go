@@ -2,7 +2,6 @@ package position
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/lifecycle"
+	"github.com/outboxkit/outbox/internal/watch"
 	"github.com/outboxkit/outbox/outboxlog"
 )
 
@@ -227,37 +227,14 @@ func (r *Reader) run(ctx context.Context, stop <-chan struct{}) {
 	}
 }
 
-// watch calls src.Watch until ctx is done, so that a commit the hot path
-// does not deliver (another instance's, a WriterOnly process's) is read at
-// once rather than at the next Interval; after a failure it opens the
-// connection again with a back-off, reading every Interval meanwhile.
+// watch keeps src watching until ctx is done, so that a commit the hot
+// path does not deliver (another instance's, a WriterOnly process's) is read
+// at once rather than at the next Interval.
 func (r *Reader) watch(ctx context.Context, src core.WakeSource) {
-	wait := 100 * time.Millisecond
-	for {
-		started := time.Now()
-		err := src.Watch(ctx, r.cfg.DB, r.Wake)
-		if ctx.Err() != nil {
-			return
-		}
-		if errors.Is(err, core.ErrInvalid) {
-			r.log.ErrorContext(ctx, "outbox position reader cannot watch for new events; it reads every interval only",
-				outboxlog.Err(err))
-			return
-		}
-		if time.Since(started) > 30*time.Second {
-			wait = 100 * time.Millisecond
-		}
-		r.log.WarnContext(ctx, "outbox position reader lost its watch connection; reading every interval meanwhile",
-			outboxlog.Err(err), slog.Int64("retry_in_ms", wait.Milliseconds()))
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		wait = min(2*wait, 5*time.Second)
-	}
+	watch.Run(ctx, src, r.cfg.DB, r.Wake, r.log, watch.Logs{
+		Unable: "outbox position reader cannot watch for new events; it reads every interval only",
+		Lost:   "outbox position reader lost its watch connection; reading every interval meanwhile",
+	})
 }
 
 // cycle is one round: take over or stand by, read the gaps again and drop
