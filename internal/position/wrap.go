@@ -162,17 +162,24 @@ func (s *store) SkipDead(ctx context.Context, db core.DBTX, ids []string, now ti
 	return s.ordered().SkipDead(ctx, db, ids, now)
 }
 
-// resolveDone resolves the ids of STREAM events and returns the others and
-// how many it resolved.
-func (s *store) resolveDone(ids []string) (rest []string, n int64) {
+// split calls own for each id of a STREAM event the reader tracks and
+// returns the other ids, and how many it called own for.
+func (s *store) split(ids []string, own func(id string)) (rest []string, n int64) {
 	for _, id := range ids {
 		if s.r.t.owns(id) {
-			s.r.t.resolve(id)
+			own(id)
 			n++
 			continue
 		}
 		rest = append(rest, id)
 	}
+	return rest, n
+}
+
+// resolveDone resolves the ids of STREAM events and returns the others and
+// how many it resolved.
+func (s *store) resolveDone(ids []string) (rest []string, n int64) {
+	rest, n = s.split(ids, s.r.t.resolve)
 	// No wake-up: a resolved position only moves the floor, which the
 	// next cycle saves; waking the reader per outcome would write the
 	// position table per DONE batch.
@@ -239,16 +246,7 @@ func (s *store) MarkDead(ctx context.Context, db core.DBTX, owner, id string, no
 
 // Release implements core.Store: a STREAM event given back is read again.
 func (s *store) Release(ctx context.Context, db core.DBTX, owner string, ids []string) (int64, error) {
-	var rest []string
-	var n int64
-	for _, id := range ids {
-		if s.r.t.owns(id) {
-			s.r.t.giveBack(id)
-			n++
-			continue
-		}
-		rest = append(rest, id)
-	}
+	rest, n := s.split(ids, s.r.t.giveBack)
 	if n > 0 {
 		s.r.Wake()
 	}
