@@ -33,6 +33,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/procstat"
 )
 
@@ -93,6 +94,8 @@ func kinds(c *config) []*kind {
 			make: func(c *config) contender { return &wm{poll: c.poll} }},
 		{name: "this library, defaults", settings: "outbox.New at defaults (SingleNode), events written in Do",
 			make: func(*config) contender { return &ours{instances: 1} }},
+		{name: "this library, position delivery", settings: "outbox.New at defaults with Delivery: outbox.DeliveryPosition (SingleNode)",
+			make: func(*config) contender { return &ours{instances: 1, delivery: outbox.DeliveryPosition} }},
 		{name: "this library, 8 workers, poller batch 500", settings: "Dispatch.Workers 8, Poller.BatchSize 500",
 			make: func(*config) contender { return &ours{instances: 1, workers: 8, batch: 500} }},
 		{name: "this library, two instances (defaults each)", settings: "two MultiNode instances on one table, each its own pool; writers alternate",
