@@ -124,6 +124,9 @@ func servers(list string) ([]*server, []string) {
 			continue
 		}
 		if dsn := os.Getenv(env); dsn != "" {
+			if name == "postgres" {
+				dsn = withAppName(dsn)
+			}
 			out = append(out, &server{name: name, dsn: dsn})
 		} else {
 			notes = append(notes, fmt.Sprintf("%s skipped: %s is not set", name, env))
@@ -171,6 +174,14 @@ func run(ctx context.Context, c *config) error {
 	ks := kinds(c)
 	var all []outcome
 	for _, srv := range srvs {
+		if srv.pg() {
+			admin, err := srv.open(1)
+			if err != nil {
+				return err
+			}
+			defer admin.Close()
+			srv.admin = admin
+		}
 		var outs []outcome
 		for _, k := range ks {
 			if !selected(c, k) || (k.pgOnly && !srv.pg()) {
