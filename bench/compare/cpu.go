@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -15,7 +16,8 @@ import (
 // cpuMark is the CPU time used so far by this process and by the database
 // server's side of its connections, read before and after a workload.
 type cpuMark struct {
-	self time.Duration
+	self   time.Duration
+	allocs uint64 // heap objects allocated by this process
 	// PostgreSQL: each backend of this run's connections (application_name
 	// appName); MariaDB, one process for every client: the whole server,
 	// under key 0.
@@ -44,6 +46,9 @@ func (s *server) markCPU(ctx context.Context, db *sql.DB) cpuMark {
 	if t, err := procstat.Read("self"); err == nil {
 		m.self = t.Self
 	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m.allocs = ms.Mallocs
 	if s.pg() {
 		if db == nil {
 			return m
@@ -61,19 +66,20 @@ func (s *server) markCPU(ctx context.Context, db *sql.DB) cpuMark {
 	return m
 }
 
-// perEvent returns the µs per event of this process and of the server
-// between a and b. A backend first seen in b started after a (a pool
-// growing) and counts whole; one gone from b (a closed connection) is lost.
-func perEvent(a, b cpuMark, events int64) (goUs, dbUs float64) {
+// perEvent returns the CPU µs per event of this process and of the server
+// between a and b, and this process's heap allocations per event. A backend
+// first seen in b started after a (a pool growing) and counts whole; one
+// gone from b (a closed connection) is lost.
+func perEvent(a, b cpuMark, events int64) (goUs, dbUs, allocs float64) {
 	if events <= 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	var db time.Duration
 	for pid, t := range b.db {
 		db += t - a.db[pid]
 	}
 	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(events) }
-	return us(b.self - a.self), us(db)
+	return us(b.self - a.self), us(db), float64(b.allocs-a.allocs) / float64(events)
 }
 
 // cpuCell formats a contender's CPU per event.
@@ -81,5 +87,5 @@ func cpuCell(o *outcome) string {
 	if o.W1GoUs == 0 {
 		return "–"
 	}
-	return fmt.Sprintf("%.0f / %.0f", o.W1GoUs, o.W1DBUs)
+	return fmt.Sprintf("%.0f / %.0f (%.0f allocs)", o.W1GoUs, o.W1DBUs, o.W1Allocs)
 }

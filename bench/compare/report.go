@@ -100,7 +100,7 @@ func printTable(w io.Writer, c *config, ks []*kind, all []outcome, srvs []*serve
 		}
 		fmt.Fprintln(w, row+" "+d+" |")
 	}
-	fmt.Fprintln(w, "\nW1 CPU per event, µs: this process / the server (PostgreSQL: the backends of this run's connections; MariaDB: the whole server, other clients included).")
+	fmt.Fprintln(w, "\nW1 CPU per event, µs: this process / the server (PostgreSQL: the backends of this run's connections; MariaDB: the whole server, other clients included); this process's heap allocations per event.")
 	fmt.Fprintln(w)
 	head, sep = "| contender |", "|---|"
 	for _, s := range srvs {

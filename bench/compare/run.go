@@ -49,6 +49,7 @@ type outcome struct {
 	// write to the last delivery, in µs.
 	W1GoUs    float64 `json:"w1_go_us_per_event,omitempty"`
 	W1DBUs    float64 `json:"w1_db_us_per_event,omitempty"`
+	W1Allocs  float64 `json:"w1_allocs_per_event,omitempty"` // heap objects this process allocated per W1 event
 	W1Error   string  `json:"w1_error,omitempty"`
 	W2PerSec  float64 `json:"w2_events_per_sec,omitempty"`
 	W2Ratio   float64 `json:"w2_ratio_to_hand_sql,omitempty"`
@@ -96,7 +97,7 @@ func runW1(ctx context.Context, c *config, srv *server, k *kind, out *outcome) e
 	end := time.Now()
 	out.Ran = true
 	if k.noConsum {
-		out.W1GoUs, out.W1DBUs = perEvent(mark, srv.markCPU(ctx, srv.admin), int64(c.w1Events))
+		out.W1GoUs, out.W1DBUs, out.W1Allocs = perEvent(mark, srv.markCPU(ctx, srv.admin), int64(c.w1Events))
 		out.W1PerSec = float64(c.w1Events) / end.Sub(begin).Seconds()
 		return nil
 	}
@@ -106,7 +107,7 @@ func runW1(ctx context.Context, c *config, srv *server, k *kind, out *outcome) e
 		end = rec.lastDelivery()
 	} else {
 		// The CPU of the deliveries, not of the idle grace period.
-		out.W1GoUs, out.W1DBUs = perEvent(mark, srv.markCPU(ctx, srv.admin), rec.delivered.Load())
+		out.W1GoUs, out.W1DBUs, out.W1Allocs = perEvent(mark, srv.markCPU(ctx, srv.admin), rec.delivered.Load())
 		end = rec.lastDelivery()
 		graceWait(ctx, c.grace)
 	}
