@@ -359,3 +359,78 @@ func TestPositionOrderedRefusesDelayed(t *testing.T) {
 		}
 	})
 }
+
+// TestPositionOrderedSingleActive: two SingleActive instances write events
+// of the same keys; the active one delivers them in key order, the standby
+// none; a key whose head died stays blocked when the active instance
+// closes and the standby takes over, and the new active instance delivers
+// the rest in key order once the head is skipped, nothing twice.
+func TestPositionOrderedSingleActive(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
+		if tg.Name == "sqlite" {
+			t.Skip("SingleActive with DeliveryPosition: no named locks on SQLite")
+		}
+		ctx := context.Background()
+		var la, lb keyLog
+		cfg := func(db outbox.DB, l *keyLog) outbox.Config {
+			c := orderedPositionConfig(t, tg, l)
+			c.DB, c.Mode, c.SingleActive, c.SingleActiveInterval = db, outbox.MultiNode, true, 250*time.Millisecond
+			return c
+		}
+		a, err := outbox.New(cfg(tg.DB, &la))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitActive(t, a, true)
+		b := start(t, cfg(tg.Reopen(t), &lb))
+
+		var k1 []string
+		for i := range 6 {
+			w := a
+			if i%2 == 1 {
+				w = b
+			}
+			k1 = append(k1, writeKey(t, w, orderedBlocks, "k1", "", 1)...)
+		}
+		blocked := writeKey(t, b, orderedBlocks, "k2", "always", 1)
+		blocked = append(blocked, writeKey(t, a, orderedBlocks, "k2", "", 1)...)
+		blocked = append(blocked, writeKey(t, b, orderedBlocks, "k2", "", 1)...)
+		la.waitKey(t, "Order/k1", k1...)
+		waitStatus(t, tg, core.StatusDead, blocked[0])
+		waitStatus(t, tg, core.StatusWaiting, blocked[1:]...)
+		if err := a.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitActive(t, b, true)
+		blocked = append(blocked, writeKey(t, b, orderedBlocks, "k2", "", 1)...)
+		more := writeKey(t, b, orderedBlocks, "k1", "", 2)
+		lb.waitKey(t, "Order/k1", more...)
+		waitStatus(t, tg, core.StatusWaiting, blocked[1:]...)
+		dm, err := dead.New(dead.Config{DB: tg.DB, Store: tg.Ordered})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := dm.Skip(ctx, blocked[0]); err != nil || n != 1 {
+			t.Fatalf("skip: %d, %v", n, err)
+		}
+		lb.waitKey(t, "Order/k2", blocked[1:]...)
+		if got := la.delivered("Order/k2"); len(got) != 0 {
+			t.Errorf("the closed instance delivered %v of the blocked key", got)
+		}
+		for _, l := range []*keyLog{&la, &lb} {
+			l.mu.Lock()
+			for id, n := range l.count {
+				if n != 1 {
+					t.Errorf("%s delivered %d times", id, n)
+				}
+			}
+			l.mu.Unlock()
+		}
+		if got := lb.delivered("Order/k1"); len(got) != len(more) {
+			t.Errorf("the new active instance delivered %d events of k1, want %d", len(got), len(more))
+		}
+	})
+}
