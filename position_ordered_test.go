@@ -434,3 +434,30 @@ func TestPositionOrderedSingleActive(t *testing.T) {
 		}
 	})
 }
+
+// TestPositionOrderedDeadAtOnce: with MaxAttempts 1 a head's first failure
+// is DEAD on position delivery's side: under DeadContinues the row alone is
+// written DEAD and the key's next events stay STREAM rows, delivered in
+// order; under DeadBlocks the key moves behind its DEAD head.
+func TestPositionOrderedDeadAtOnce(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
+		var l keyLog
+		cfg := orderedPositionConfig(t, tg, &l)
+		cfg.Dispatch.MaxAttempts = 1
+		ob := start(t, cfg)
+		cont := writeKey(t, ob, orderedContinues, "c", "always", 1)
+		cont = append(cont, writeKey(t, ob, orderedContinues, "c", "", 2)...)
+		blocks := writeKey(t, ob, orderedBlocks, "b", "always", 1)
+		blocks = append(blocks, writeKey(t, ob, orderedBlocks, "b", "", 2)...)
+		l.waitKey(t, "Ledger/c", cont[1:]...)
+		waitStatus(t, tg, core.StatusDead, cont[0], blocks[0])
+		waitStatus(t, tg, core.StatusStream, cont[1:]...)
+		waitStatus(t, tg, core.StatusWaiting, blocks[1:]...)
+		if n := keyRows(t, tg); n != 1 {
+			t.Errorf("%d key rows, want 1 (the blocked key's)", n)
+		}
+		if got := l.delivered("Order/b"); len(got) != 0 {
+			t.Errorf("blocked key delivered %v", got)
+		}
+	})
+}
