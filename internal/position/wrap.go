@@ -11,13 +11,16 @@ import (
 // Store returns the store the Writer and the dispatcher use in position
 // delivery: inner, except that
 //
-//   - an insert writes unordered, undelayed events as STREAM rows (the
-//     others take the claim path: ordered aggregate types, NotBefore), and,
-//     when leased (a transaction whose commit the hot path sees), lets the
-//     hot path hold their positions;
+//   - an insert writes undelayed events as STREAM rows (delayed ones take
+//     the claim path; a delayed ordered one is refused), and, when leased
+//     (a transaction whose commit the hot path sees), lets the hot path
+//     hold the positions of the unordered ones; the reader alone delivers
+//     the ordered ones, one at a time per key (keys.go);
 //   - the outcomes of STREAM events (owner Reader.Owner, or a hot position)
 //     write nothing when delivered, move the row from STREAM to RETRY or
-//     DEAD when not, and resolve their positions;
+//     DEAD when not (an ordered head: to the claim path's ordered delivery
+//     with its key's queued events, Log.Divert), and resolve their
+//     positions;
 //   - their leases are neither renewed nor released: they have none.
 //
 // Everything else goes to inner.
@@ -163,8 +166,9 @@ func (s *store) ordered() core.OrderedStore {
 	return o
 }
 
-// MarkDoneOrdered implements core.OrderedStore; STREAM events are never
-// ordered, but a batch of DONE outcomes may mix them with ordered ones.
+// MarkDoneOrdered implements core.OrderedStore: the ids of STREAM events
+// (which carry no seq) resolve their positions, the others (events of the
+// claim path's ordered delivery) go to inner.
 func (s *store) MarkDoneOrdered(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
 	rest, n := s.resolveDone(ctx, ids)
 	if len(rest) == 0 {
