@@ -54,7 +54,7 @@ func TestReaderOrderedGap(t *testing.T) {
 			}
 			lg := &armedLog{Log: inner}
 			h := &handler{owner: "test-owner"}
-			r, err := position.New(position.Config{Log: lg, Store: tg.Ordered, DB: tg.DB, Handler: h,
+			r, err := position.New(position.Config{SaveEvery: time.Nanosecond, Log: lg, Store: tg.Ordered, DB: tg.DB, Handler: h,
 				Ordering: core.Ordering{"K": core.DeadBlocks}})
 			if err != nil {
 				t.Fatal(err)

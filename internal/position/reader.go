@@ -36,6 +36,13 @@ type Config struct {
 	Interval time.Duration
 	// BatchSize caps one read. Default 500.
 	BatchSize int
+	// SaveEvery is the least time between two saves of the position by
+	// the reading cycles (closing and Flush save at once). A commit the
+	// reader is woken for makes a cycle; saving after each would write the
+	// position table per commit where the reader delivers (ordered
+	// events), on SQLite's one connection too. After a kill, what was
+	// resolved since the last save is delivered again. Default Interval.
+	SaveEvery time.Duration
 	// HotMax bounds the positions the hot path holds at once; beyond it
 	// the reader delivers. Default 10,000.
 	HotMax int
@@ -70,8 +77,9 @@ type Reader struct {
 	// cold queue was full (the reader's goroutine only).
 	waitsForRoom bool
 
-	saveMu sync.Mutex
-	saved  State // the last state written
+	saveMu  sync.Mutex
+	saved   State     // the last state written
+	savedAt time.Time // when a cycle last saved (the reader's goroutine only)
 }
 
 // roomWait is the pause before the next read while a backlog waits for
@@ -89,6 +97,9 @@ func New(cfg Config) (*Reader, error) {
 	}
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 500
+	}
+	if cfg.SaveEvery <= 0 {
+		cfg.SaveEvery = cfg.Interval
 	}
 	if cfg.HotMax <= 0 {
 		cfg.HotMax = 10_000
@@ -375,7 +386,11 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 	if err := r.divertPending(ctx); err != nil {
 		return false, err
 	}
-	return full, r.save(ctx)
+	if now := r.cfg.Now(); now.Sub(r.savedAt) >= r.cfg.SaveEvery {
+		r.savedAt = now
+		return full, r.save(ctx)
+	}
+	return full, nil
 }
 
 // standBy drops the state: another process is the table's reader.
