@@ -117,3 +117,67 @@ func TestReaderOrderedGap(t *testing.T) {
 		})
 	}
 }
+
+// TestReaderOrderedBound: with OrderedMax 2 the reader holds one key's
+// head in flight and its later events in memory, reads no new rows while
+// two or more wait, and hands each next event over when its predecessor is
+// done; another key's event is read once the queue fell below the bound.
+func TestReaderOrderedBound(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
+		ctx := context.Background()
+		lg := position.LogOf(tg.Ordered)
+		if lg == nil {
+			t.Skipf("%s has no position log", tg.Name)
+		}
+		if err := lg.CheckSchema(ctx, tg.DB); err != nil {
+			t.Fatal(err)
+		}
+		h := &handler{owner: "test-owner"}
+		r, err := position.New(position.Config{SaveEvery: time.Nanosecond, Log: lg, Store: tg.Ordered, DB: tg.DB, Handler: h,
+			Ordering: core.Ordering{"K": core.DeadBlocks}, OrderedMax: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := r.Store()
+		write := func(id, key string) {
+			t.Helper()
+			if err := st.Insert(ctx, tg.DB, []core.Envelope{keyEnv(t, id, key)}, core.InsertOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		taken := func() []string {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			got := h.got
+			h.got = nil
+			return got
+		}
+		cycle := func() []string {
+			t.Helper()
+			if _, err := r.Cycle(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return taken()
+		}
+		done := func(id string) {
+			t.Helper()
+			if ok, err := st.MarkDone(ctx, tg.DB, r.Owner(), id, time.Now()); err != nil || !ok {
+				t.Fatalf("done %s: %v, %v", id, ok, err)
+			}
+		}
+		for _, id := range []string{"a1", "a2", "a3", "a4"} {
+			write(id, "a")
+		}
+		wantIDs(t, cycle(), "a1")
+		write("b1", "b")
+		wantIDs(t, cycle()) // three wait behind a1: no new rows
+		done("a1")
+		wantIDs(t, taken(), "a2")
+		wantIDs(t, cycle()) // two wait
+		done("a2")
+		wantIDs(t, taken(), "a3")
+		wantIDs(t, cycle(), "b1") // one waits: below the bound
+		done("a3")
+		wantIDs(t, taken(), "a4")
+	})
+}
