@@ -526,8 +526,11 @@ func (o *Outbox) Do(ctx context.Context, fn func(ctx context.Context) error) err
 
 // Start checks the outbox table, then starts the dispatcher, then (with
 // SingleActive) the election of the active instance, then the poller, then
-// the purger, and returns at once. If one fails to start, those already
-// started are closed and the error is returned. It returns
+// the purger, and returns at once; in DeliveryPosition without
+// SingleActive, once the position reader has loaded its position (at most
+// 5 s), so that writes made after Start returns take the hot path. If one
+// fails to start, those already started are closed and the error is
+// returned. It returns
 // core.ErrAlreadyStarted when called twice and core.ErrClosed after Close.
 //
 // The check runs once, when the store can (core.SchemaChecker: the stores
@@ -561,12 +564,37 @@ func (o *Outbox) Start(ctx context.Context) error {
 			}
 			running = append(running, c)
 		}
+		o.awaitReader(ctx)
 		return nil
 	})
 }
 
 // schemaCheckTimeout bounds Start's check of the table.
 const schemaCheckTimeout = 10 * time.Second
+
+// readerStartTimeout bounds Start's wait for the position reader's first
+// cycle.
+const readerStartTimeout = 5 * time.Second
+
+// awaitReader waits, in position delivery on an instance that is the
+// table's reader from the start (no SingleActive election), until the
+// reader has loaded its position: the hot path takes positions only from
+// then on, so a write made right after Start returns is delivered by it
+// rather than read back by the reader (and, on PostgreSQL, announced by a
+// NOTIFY in its transaction). A first cycle that fails (a database that is
+// down) or that takes longer than readerStartTimeout does not hold Start.
+func (o *Outbox) awaitReader(ctx context.Context) {
+	if o.reader == nil || o.gate != nil {
+		return
+	}
+	t := time.NewTimer(readerStartTimeout)
+	defer t.Stop()
+	select {
+	case <-o.reader.FirstCycle():
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
 
 // checkSchema is Start's check of the table: the store's SchemaError, an
 // ErrInvalid for a server position delivery cannot run on (MySQL), or

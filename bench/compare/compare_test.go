@@ -110,3 +110,17 @@ func TestParseFlagsRejectsBadSizes(t *testing.T) {
 		}
 	}
 }
+
+// TestPerEvent: the CPU between two marks is divided by the events; a
+// backend that appeared between them counts whole, one that is gone not.
+func TestPerEvent(t *testing.T) {
+	a := cpuMark{self: time.Second, allocs: 500, db: map[int]time.Duration{1: time.Second, 2: time.Second}}
+	b := cpuMark{self: 3 * time.Second, allocs: 100500, db: map[int]time.Duration{1: 2 * time.Second, 3: time.Second}}
+	goUs, dbUs, allocs := perEvent(a, b, 1000)
+	if goUs != 2000 || dbUs != 2000 || allocs != 100 {
+		t.Errorf("perEvent = %v / %v µs, %v allocs, want 2000 / 2000, 100", goUs, dbUs, allocs)
+	}
+	if goUs, dbUs, allocs := perEvent(a, b, 0); goUs != 0 || dbUs != 0 || allocs != 0 {
+		t.Errorf("perEvent of no events = %v / %v, %v, want zeros", goUs, dbUs, allocs)
+	}
+}

@@ -19,8 +19,9 @@ import (
 
 // server is one database the contenders run on.
 type server struct {
-	name string // "postgres" or "mysql"
-	dsn  string
+	name  string // "postgres" or "mysql"
+	dsn   string
+	admin *sql.DB // PostgreSQL: lists this run's backends (markCPU)
 }
 
 func (s *server) pg() bool { return s.name == "postgres" }

@@ -33,6 +33,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/procstat"
 )
 
@@ -93,6 +94,8 @@ func kinds(c *config) []*kind {
 			make: func(c *config) contender { return &wm{poll: c.poll} }},
 		{name: "this library, defaults", settings: "outbox.New at defaults (SingleNode), events written in Do",
 			make: func(*config) contender { return &ours{instances: 1} }},
+		{name: "this library, position delivery", settings: "outbox.New at defaults with Delivery: outbox.DeliveryPosition (SingleNode)",
+			make: func(*config) contender { return &ours{instances: 1, delivery: outbox.DeliveryPosition} }},
 		{name: "this library, 8 workers, poller batch 500", settings: "Dispatch.Workers 8, Poller.BatchSize 500",
 			make: func(*config) contender { return &ours{instances: 1, workers: 8, batch: 500} }},
 		{name: "this library, two instances (defaults each)", settings: "two MultiNode instances on one table, each its own pool; writers alternate",
@@ -121,6 +124,9 @@ func servers(list string) ([]*server, []string) {
 			continue
 		}
 		if dsn := os.Getenv(env); dsn != "" {
+			if name == "postgres" {
+				dsn = withAppName(dsn)
+			}
 			out = append(out, &server{name: name, dsn: dsn})
 		} else {
 			notes = append(notes, fmt.Sprintf("%s skipped: %s is not set", name, env))
@@ -168,6 +174,14 @@ func run(ctx context.Context, c *config) error {
 	ks := kinds(c)
 	var all []outcome
 	for _, srv := range srvs {
+		if srv.pg() {
+			admin, err := srv.open(1)
+			if err != nil {
+				return err
+			}
+			defer admin.Close()
+			srv.admin = admin
+		}
 		var outs []outcome
 		for _, k := range ks {
 			if !selected(c, k) || (k.pgOnly && !srv.pg()) {

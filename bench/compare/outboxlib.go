@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/position"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/store"
 	"github.com/outboxkit/outbox/store/mysql"
@@ -30,6 +31,7 @@ type ours struct {
 	instances int
 	workers   int // Dispatch.Workers; 0 = default
 	batch     int // Poller.BatchSize; 0 = default
+	delivery  outbox.Delivery
 	st        store.SchemaManager
 	rec       *recorder
 	obs       []*outbox.Outbox
@@ -73,7 +75,8 @@ func (o *ours) setup(ctx context.Context, srv *server, writers int) error {
 		}); err != nil {
 			return err
 		}
-		cfg := outbox.Config{DB: db, Store: o.st, Registry: reg, Mode: mode, Logger: slog.New(slog.DiscardHandler)}
+		cfg := outbox.Config{DB: db, Store: o.st, Registry: reg, Mode: mode, Delivery: o.delivery,
+			Logger: slog.New(slog.DiscardHandler)}
 		cfg.Dispatch.Workers = o.workers
 		cfg.Poller.BatchSize = o.batch
 		ob, err := outbox.New(cfg)
@@ -113,8 +116,21 @@ func (o *ours) write(ctx context.Context, i int, rec *recorder) error {
 	})
 }
 
+// fill writes the backlog as the contender's writers would: claimable rows,
+// or STREAM rows with positions in position delivery.
 func (o *ours) fill(ctx context.Context, n int) error {
 	const chunk = 1000
+	insert := func(envs []core.Envelope) error { return o.st.Insert(ctx, o.db, envs, core.InsertOptions{}) }
+	if o.delivery == outbox.DeliveryPosition {
+		lg := position.LogOf(o.st)
+		if lg == nil {
+			return fmt.Errorf("%T has no position delivery", o.st)
+		}
+		insert = func(envs []core.Envelope) error {
+			_, err := lg.InsertStream(ctx, o.db, envs)
+			return err
+		}
+	}
 	envs := make([]core.Envelope, 0, chunk)
 	for i := range n {
 		env, err := o.envelope(i)
@@ -123,7 +139,7 @@ func (o *ours) fill(ctx context.Context, n int) error {
 		}
 		envs = append(envs, env)
 		if len(envs) == chunk || i == n-1 {
-			if err := o.st.Insert(ctx, o.db, envs, core.InsertOptions{}); err != nil {
+			if err := insert(envs); err != nil {
 				return err
 			}
 			envs = envs[:0]

@@ -100,6 +100,30 @@ func printTable(w io.Writer, c *config, ks []*kind, all []outcome, srvs []*serve
 		}
 		fmt.Fprintln(w, row+" "+d+" |")
 	}
+	fmt.Fprintln(w, "\nW1 CPU per event, µs: this process / the server (PostgreSQL: the backends of this run's connections; MariaDB: the whole server, other clients included); this process's heap allocations per event.")
+	fmt.Fprintln(w)
+	head, sep = "| contender |", "|---|"
+	for _, s := range srvs {
+		head += fmt.Sprintf(" %s W1 Go / DB µs |", s.name)
+		sep += "---|"
+	}
+	fmt.Fprintln(w, head)
+	fmt.Fprintln(w, sep)
+	for _, k := range ks {
+		row, ran := "| "+k.name+" |", false
+		for _, s := range srvs {
+			cell := "–"
+			for i := range all {
+				if all[i].DB == s.name && all[i].Contender == k.name {
+					cell, ran = cpuCell(&all[i]), true
+				}
+			}
+			row += " " + cell + " |"
+		}
+		if ran {
+			fmt.Fprintln(w, row)
+		}
+	}
 	fmt.Fprintln(w, "\nSettings:")
 	for _, k := range ks {
 		fmt.Fprintf(w, "- %s: %s\n", k.name, k.settings)

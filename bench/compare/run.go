@@ -43,6 +43,13 @@ type outcome struct {
 	P50Ms     float64 `json:"w1_p50_ms,omitempty"`
 	P99Ms     float64 `json:"w1_p99_ms,omitempty"`
 	W1Missing int     `json:"w1_missing,omitempty"`
+	// W1GoUs and W1DBUs are the CPU per W1 event of this process and of
+	// the server (PostgreSQL: the backends of this run's connections;
+	// MariaDB: the whole server, other clients included), from the first
+	// write to the last delivery, in µs.
+	W1GoUs    float64 `json:"w1_go_us_per_event,omitempty"`
+	W1DBUs    float64 `json:"w1_db_us_per_event,omitempty"`
+	W1Allocs  float64 `json:"w1_allocs_per_event,omitempty"` // heap objects this process allocated per W1 event
 	W1Error   string  `json:"w1_error,omitempty"`
 	W2PerSec  float64 `json:"w2_events_per_sec,omitempty"`
 	W2Ratio   float64 `json:"w2_ratio_to_hand_sql,omitempty"`
@@ -82,6 +89,7 @@ func runW1(ctx context.Context, c *config, srv *server, k *kind, out *outcome) e
 		return ct.stop(ctx)
 	}
 	defer func() { _ = stop() }()
+	mark := srv.markCPU(ctx, srv.admin)
 	begin := time.Now()
 	if err := writeAll(ctx, c.w1Events, c.writers, func(i int) error { return ct.write(ctx, i, rec) }); err != nil {
 		return err
@@ -89,6 +97,7 @@ func runW1(ctx context.Context, c *config, srv *server, k *kind, out *outcome) e
 	end := time.Now()
 	out.Ran = true
 	if k.noConsum {
+		out.W1GoUs, out.W1DBUs, out.W1Allocs = perEvent(mark, srv.markCPU(ctx, srv.admin), int64(c.w1Events))
 		out.W1PerSec = float64(c.w1Events) / end.Sub(begin).Seconds()
 		return nil
 	}
@@ -97,6 +106,8 @@ func runW1(ctx context.Context, c *config, srv *server, k *kind, out *outcome) e
 		out.W1Error = fmt.Sprintf("stalled, %d missing after %s", out.W1Missing, c.timeout)
 		end = rec.lastDelivery()
 	} else {
+		// The CPU of the deliveries, not of the idle grace period.
+		out.W1GoUs, out.W1DBUs, out.W1Allocs = perEvent(mark, srv.markCPU(ctx, srv.admin), rec.delivered.Load())
 		end = rec.lastDelivery()
 		graceWait(ctx, c.grace)
 	}

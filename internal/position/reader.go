@@ -77,6 +77,11 @@ type Reader struct {
 	// cold queue was full (the reader's goroutine only).
 	waitsForRoom bool
 
+	// cycled is closed once the first cycle has run, or the reading
+	// goroutine has stopped (FirstCycle).
+	cycledOnce, cycledMake sync.Once
+	cycled                 chan struct{}
+
 	saveMu  sync.Mutex
 	saved   State     // the last state written
 	savedAt time.Time // when a cycle last saved (the reader's goroutine only)
@@ -194,6 +199,7 @@ func (r *Reader) Wake() {
 func (r *Reader) active() bool { return r.cfg.Active == nil || r.cfg.Active() }
 
 func (r *Reader) run(ctx context.Context, stop <-chan struct{}) {
+	defer r.markCycled()
 	if src, ok := core.StoreAs[core.WakeSource](r.cfg.Store); ok && !r.cfg.NoWatch {
 		wctx, cancelWatch := context.WithCancel(ctx)
 		var watching sync.WaitGroup
@@ -228,6 +234,7 @@ func (r *Reader) run(ctx context.Context, stop <-chan struct{}) {
 			}
 		}
 		full, err := r.cycle(ctx)
+		r.markCycled()
 		next := r.cfg.Interval
 		switch {
 		case err == nil && r.waitsForRoom:
@@ -521,3 +528,19 @@ func sameRanges(a, b []Range) bool {
 // Lag returns the floor and cursor of this reader and its open gaps; zeros
 // when it is not the table's reader.
 func (r *Reader) Lag() (floor, cursor int64, gaps int) { return r.t.lag() }
+
+// FirstCycle returns a channel closed once the reader's first cycle has
+// run (it loaded the persisted position and the hot path takes positions
+// from then on, or it stood by, or it failed and retries with backoff), or
+// once the reader has stopped.
+func (r *Reader) FirstCycle() <-chan struct{} { return r.cycledChan() }
+
+func (r *Reader) cycledChan() chan struct{} {
+	r.cycledMake.Do(func() { r.cycled = make(chan struct{}) })
+	return r.cycled
+}
+
+func (r *Reader) markCycled() {
+	ch := r.cycledChan()
+	r.cycledOnce.Do(func() { close(ch) })
+}

@@ -71,8 +71,12 @@ func (s *Store) PositionLog(check func(ctx context.Context, db core.DBTX) error)
 	}
 	l := &posLog{s: s, pt: s.table.PosTable().Quoted(s.d.Quote),
 		nextPos: RenderDDL(s.d.Position.NextPos, s.table, s.d.Quote), check: check}
-	l.insertOne = s.d.rebind("INSERT INTO " + s.qt + " (" + streamInsertCols + ") VALUES " + l.rowValues() +
+	l.insertRow = s.d.rebind("INSERT INTO " + s.qt + " (" + streamInsertCols + ") VALUES " + l.rowValues() +
 		" RETURNING event_id, pos")
+	for shape := range l.insertOne {
+		l.insertOne[shape] = s.d.rebind("INSERT INTO " + s.qt + " (" + streamInsertCols + ") VALUES " +
+			l.oneRowValues(shape) + " RETURNING pos")
+	}
 	token := "0"
 	if t := s.d.Position.Token; t != "" {
 		token = t
@@ -84,10 +88,28 @@ func (s *Store) PositionLog(check func(ctx context.Context, db core.DBTX) error)
 	return l
 }
 
-// rowValues is the VALUES list of one STREAM row.
+// rowValues is the VALUES list of one STREAM row of a multi-row INSERT.
 func (l *posLog) rowValues() string {
 	return "(?, ?, ?, ?, ?, ?, ?, " + stStream + ", 0, ?, ?, " + l.nextPos + ")"
 }
+
+// oneRowValues is the VALUES list of a single STREAM row whose bound
+// optional columns are the bits of shape (oneRowAggregateID,
+// oneRowTenantID, oneRowHeaders); the others are NULL literals.
+func (l *posLog) oneRowValues(shape int) string {
+	opt := func(bit int) string {
+		if shape&bit != 0 {
+			return "?"
+		}
+		return "NULL"
+	}
+	return "(?, ?, ?, " + opt(oneRowAggregateID) + ", " + opt(oneRowTenantID) + ", ?, " + opt(oneRowHeaders) +
+		", " + stStream + ", 0, ?, ?, " + l.nextPos + ")"
+}
+
+// streamShapes is the number of single-row STREAM INSERT statements: a
+// STREAM row has no lease, so oneRowLeased is never set.
+const streamShapes = oneRowLeased
 
 // CheckSchema implements position.Log.
 func (l *posLog) CheckSchema(ctx context.Context, db core.DBTX) error { return l.check(ctx, db) }
@@ -101,8 +123,11 @@ type posLog struct {
 	pt      string // quoted position table
 	nextPos string
 	check   func(ctx context.Context, db core.DBTX) error
-	// The statements every write or read runs, built once.
-	insertOne, readAfter, readKeysAfter string
+	// The statements every write or read runs, built once: insertOne by
+	// the shape of a single event's row (see oneRowValues), insertRow a
+	// statement of one row of a longer write (RowsPerInsert 1, or the last).
+	insertOne                           [streamShapes]string
+	insertRow, readAfter, readKeysAfter string
 
 	horizonMu sync.Mutex // HorizonEvery: the last horizon and when it was read
 	horizonAt time.Time
@@ -122,17 +147,21 @@ func (l *posLog) InsertStream(ctx context.Context, db core.DBTX, envs []core.Env
 		}
 	}
 	s := l.s
+	if len(envs) == 1 {
+		p, err := l.insertOneRow(ctx, db, envs[0])
+		if err != nil {
+			return nil, err
+		}
+		return []int64{p}, nil
+	}
 	maxRows := s.maxInsertRows()
 	if n := s.d.Position.RowsPerInsert; n > 0 {
 		maxRows = n
 	}
 	pos := make([]int64, len(envs))
-	var index map[string]int // by id, for the rows of a multi-row INSERT
-	if len(envs) > 1 {
-		index = make(map[string]int, len(envs))
-		for i, env := range envs {
-			index[env.ID()] = i
-		}
+	index := make(map[string]int, len(envs)) // by id: a multi-row INSERT returns its rows in no set order
+	for i, env := range envs {
+		index[env.ID()] = i
 	}
 	var sb strings.Builder
 	var args []any
@@ -141,7 +170,7 @@ func (l *posLog) InsertStream(ctx context.Context, db core.DBTX, envs []core.Env
 		if rows == 0 {
 			return nil
 		}
-		q := l.insertOne
+		q := l.insertRow
 		if rows > 1 {
 			sb.WriteString(" RETURNING event_id, pos")
 			q = s.d.rebind(sb.String())
@@ -159,9 +188,7 @@ func (l *posLog) InsertStream(ctx context.Context, db core.DBTX, envs []core.Env
 			if err := res.Scan(&id, &p); err != nil {
 				return s.wrap("insert events", err)
 			}
-			if index == nil {
-				pos[0] = p
-			} else if i, ok := index[id]; ok {
+			if i, ok := index[id]; ok {
 				pos[i] = p
 			}
 		}
@@ -198,6 +225,45 @@ func (l *posLog) InsertStream(ctx context.Context, db core.DBTX, envs []core.Env
 		}
 	}
 	return pos, nil
+}
+
+// insertOneRow writes the STREAM row of one event, the common write (one
+// event per business transaction), and returns its position. Its statement
+// is prepared text and binds only the values the row has, as the claim
+// path's single-row insert does: no statement building, no id index, and
+// only the position returned.
+func (l *posLog) insertOneRow(ctx context.Context, db core.DBTX, env core.Envelope) (int64, error) {
+	s := l.s
+	payload, headers, err := rowBody(env)
+	if err != nil {
+		return 0, err
+	}
+	createdAt := s.ts(env.OccurredAt())
+	args := make([]any, 0, 9)
+	args = append(args, env.ID(), env.Type(), env.AggregateType())
+	shape := 0
+	if id := env.AggregateID(); id != "" {
+		shape |= oneRowAggregateID
+		args = append(args, id)
+	}
+	if id := env.TenantID(); id != "" {
+		shape |= oneRowTenantID
+		args = append(args, id)
+	}
+	args = append(args, payload)
+	if headers != nil {
+		shape |= oneRowHeaders
+		args = append(args, headers)
+	}
+	args = append(args, s.tsOr(env.AvailableAt(), env.OccurredAt(), createdAt), createdAt)
+	var p int64
+	if err := db.QueryRowContext(ctx, l.insertOne[shape], args...).Scan(&p); err != nil {
+		return 0, s.wrap("insert events", err)
+	}
+	if p == 0 {
+		return 0, fmt.Errorf("insert events: no position returned for event %s", env.ID())
+	}
+	return p, nil
 }
 
 // readCols are the columns of a position read: the event's, then pos.
