@@ -123,10 +123,15 @@ func (t *tracker) isHot(id string) bool {
 	return ok
 }
 
-// dropHot forgets id's hot position without resolving it: its transaction
-// rolled back (the position is a gap) or its delivery was given back (the
-// reader delivers it: redo when a read already passed it).
-func (t *tracker) dropHot(id string, redo bool) {
+// dropHot forgets id's hot position without resolving it: its delivery
+// was given back, or its transaction reported a rollback. Either way the
+// reader reads the position again when a read already passed it other than
+// as a gap: such a read returned the row, so it is committed. A rollback
+// report does not prove the opposite: a COMMIT whose answer was lost (the
+// connection broke as the server committed) runs the after-rollback hooks
+// too. A position still in a gap, or not reached yet, needs nothing: the
+// gap stays open until the writing transaction has ended.
+func (t *tracker) dropHot(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	pos, ok := t.hot[id]
@@ -135,7 +140,7 @@ func (t *tracker) dropHot(id string, redo bool) {
 	}
 	delete(t.hot, id)
 	delete(t.hotPos, pos)
-	if redo && pos <= t.cursor && !t.inGap(pos) {
+	if pos <= t.cursor && !t.inGap(pos) {
 		t.redo = append(t.redo, pos)
 	}
 }
@@ -214,7 +219,7 @@ func (t *tracker) giveBack(id string) {
 		return
 	}
 	t.mu.Unlock()
-	t.dropHot(id, true)
+	t.dropHot(id)
 }
 
 // inGap reports whether pos lies in a gap. Under mu.

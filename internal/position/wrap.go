@@ -387,11 +387,12 @@ func (h hook) AfterCommit(ctx context.Context, envs []core.Envelope) error {
 	return h.LeasingHook.AfterCommit(ctx, keep)
 }
 
-// AfterRollback implements core.WriterHook: the hot positions of the
-// transaction are gaps now.
+// AfterRollback implements core.WriterHook: the hot path gives up the
+// transaction's positions, and the reader reads those it passed again (the
+// COMMIT may have gone through unreported; see tracker.dropHot).
 func (h hook) AfterRollback(ctx context.Context, envs []core.Envelope) error {
 	for _, env := range envs {
-		h.r.t.dropHot(env.ID(), false)
+		h.r.t.dropHot(env.ID())
 	}
 	return h.LeasingHook.AfterRollback(ctx, envs)
 }
