@@ -115,3 +115,22 @@ func (n *node) Close(t testing.TB) {
 		}
 	})
 }
+
+// deliveryWriter returns a Writer of tg's table as dv writes events, without
+// a hot path: the store's own in the claim path, a WriterOnly Outbox's in
+// position delivery (STREAM rows with positions).
+func deliveryWriter(t *testing.T, dv delivery, tg testdb.Target) *core.Writer {
+	t.Helper()
+	if !dv.position {
+		w, err := core.NewWriter(core.WriterConfig{Store: tg.Store})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	wo, err := outbox.New(outbox.Config{DB: tg.DB, Store: tg.Store, Mode: outbox.WriterOnly, Delivery: outbox.DeliveryPosition})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wo.Writer()
+}

@@ -16,7 +16,6 @@ import (
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 
-	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
@@ -301,7 +300,10 @@ func runOutage(t *testing.T, tg testdb.Target, dv delivery, plan outagePlan) {
 	log.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d events delivered", len(ids)), testnode.AllDelivered(ids))
 	waitUntil(t, time.Minute, 100*time.Millisecond, fmt.Sprintf("rows by status %v", want), func() (bool, error) {
 		c, err := chaos.StatusCounts(context.Background(), tg.DB, tg.Table)
-		return err == nil && maps.Equal(c, want), err
+		if err == nil && !maps.Equal(c, want) {
+			err = fmt.Errorf("rows by status %v", c) // shown if this times out
+		}
+		return err == nil, err
 	})
 	total := time.Since(start)
 	n.Close(t)
@@ -402,24 +404,15 @@ func TestOutageStalledConnections(t *testing.T) {
 }
 
 // writeWithoutHotPath commits envs in a plain *sql.Tx on tg's pool, with no
-// after-commit hook, as dv writes them (position delivery: STREAM rows,
-// through a WriterOnly Outbox): only a poller, or the position reader, can
-// deliver them. It fails the test on error.
+// after-commit hook, as dv writes them (deliveryWriter): only a poller, or
+// the position reader, can deliver them. It fails the test on error.
 func writeWithoutHotPath(t *testing.T, dv delivery, tg testdb.Target, envs ...core.Envelope) {
 	t.Helper()
-	if !dv.position {
-		testnode.WriteForPoller(t, tg.Store, tg.DB, envs...)
-		return
-	}
-	wo, err := outbox.New(outbox.Config{DB: tg.DB, Store: tg.Store, Mode: outbox.WriterOnly, Delivery: outbox.DeliveryPosition})
-	if err != nil {
-		t.Fatal(err)
-	}
 	tx, err := tg.DB.BeginTx(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := wo.Writer().WriteAllTx(context.Background(), tx, envs); err != nil {
+	if _, err := deliveryWriter(t, dv, tg).WriteAllTx(context.Background(), tx, envs); err != nil {
 		_ = tx.Rollback()
 		t.Fatal(err)
 	}
