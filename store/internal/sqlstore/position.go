@@ -117,10 +117,11 @@ const streamInsertCols = "event_id, event_type, aggregate_type, aggregate_id, te
 // InsertStream implements position.Log. A write of more rows than one
 // statement takes is all-or-nothing, as InsertOrdered's, so that a failure
 // in a later statement (a duplicate id, say) leaves none of the batch
-// behind when the caller commits anyway: in a transaction of its own when
-// db is a pool, in the caller's transaction when a failed statement aborts
-// it (ErrorAbortsTx), else under a savepoint. The positions a rolled-back
-// statement took are gaps, final once its transaction has ended.
+// behind when the caller commits anyway, and the caller's transaction
+// usable (PostgreSQL's too, which a failed statement aborts): in a
+// transaction of its own when db is a pool, else under a savepoint. The
+// positions a rolled-back statement took are gaps, final once its
+// transaction has ended.
 func (l *posLog) InsertStream(ctx context.Context, db core.DBTX, envs []core.Envelope) ([]int64, error) {
 	s := l.s
 	maxRows := s.maxInsertRows()
@@ -141,9 +142,6 @@ func (l *posLog) InsertStream(ctx context.Context, db core.DBTX, envs []core.Env
 	}
 	if _, isPool := db.(core.TxBeginner); isPool {
 		return pos, inTxOpts(ctx, db, nil, write)
-	}
-	if s.d.ErrorAbortsTx {
-		return pos, write(db)
 	}
 	const sp = "outbox_insert_stream"
 	if _, err := db.ExecContext(ctx, "SAVEPOINT "+sp); err != nil {
