@@ -298,7 +298,10 @@ func runOutage(t *testing.T, tg testdb.Target, dv delivery, plan outagePlan) {
 		want = map[core.Status]int{core.StatusDone: len(transient), core.StatusStream: len(ids) - len(transient)}
 	}
 	log.WaitFor(t, 2*time.Minute, fmt.Sprintf("%d events delivered", len(ids)), testnode.AllDelivered(ids))
-	waitUntil(t, time.Minute, 100*time.Millisecond, fmt.Sprintf("rows by status %v", want), func() (bool, error) {
+	// A RETRY write that failed in an outage is retried with the
+	// dispatcher's backoff (up to 10 s), then claimed: under -race on a
+	// loaded machine the last rows took over a minute to settle.
+	waitUntil(t, 2*time.Minute, 100*time.Millisecond, fmt.Sprintf("rows by status %v", want), func() (bool, error) {
 		c, err := chaos.StatusCounts(context.Background(), tg.DB, tg.Table)
 		if err == nil && !maps.Equal(c, want) {
 			err = fmt.Errorf("rows by status %v", c) // shown if this times out
