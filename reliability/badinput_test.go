@@ -354,6 +354,24 @@ func TestFailedWriteAllChangesNothing(t *testing.T) {
 		if tableSnapshot(t, tg.DB, tg.Table) != before {
 			t.Errorf("the failed WriteAll left %d rows behind once the caller committed", after[core.StatusNew]-1)
 		}
+
+		// A batch that mixes the claim path (a delayed event) and, in
+		// position delivery, STREAM rows, failing on its last event.
+		delayed := validSpec()
+		delayed.NotBefore = time.Now().Add(time.Hour)
+		tx, err = tg.DB.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, werr = w.WriteAllTx(ctx, tx, []core.Envelope{mustEnv(t, delayed), existing})
+		cerr = tx.Commit()
+		if !errors.Is(werr, core.ErrDuplicateEvent) {
+			t.Fatalf("mixed WriteAll error %v, want ErrDuplicateEvent", werr)
+		}
+		if tableSnapshot(t, tg.DB, tg.Table) != before {
+			t.Errorf("the failed mixed WriteAll left rows behind once the caller committed (commit: %v): %v",
+				cerr, testnode.StatusCounts(t, tg.DB, tg.Table))
+		}
 	})
 }
 

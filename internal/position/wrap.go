@@ -2,6 +2,7 @@ package position
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -75,6 +76,24 @@ func (s *store) InsertOrdered(ctx context.Context, db core.DBTX, envs []core.Env
 			claimAt = append(claimAt, i)
 		}
 	}
+	if len(claim) > 0 && len(stream) > 0 {
+		// Two writes: all-or-nothing, so that a failure of the second (a
+		// duplicate id) leaves none of the first behind when the caller
+		// commits anyway.
+		var res core.InsertResult
+		err := allOrNothing(ctx, db, func(db core.DBTX) (err error) {
+			res, err = s.insertParts(ctx, db, envs, opts, stream, claim, claimAt)
+			return err
+		})
+		return res, err
+	}
+	return s.insertParts(ctx, db, envs, opts, stream, claim, claimAt)
+}
+
+// insertParts writes the claim path's events of envs (claim, at the
+// indexes claimAt) through inner, then the STREAM ones.
+func (s *store) insertParts(ctx context.Context, db core.DBTX, envs []core.Envelope, opts core.InsertOptions,
+	stream, claim []core.Envelope, claimAt []int) (core.InsertResult, error) {
 	var res core.InsertResult
 	if len(claim) > 0 {
 		var cres core.InsertResult
@@ -122,6 +141,40 @@ func (s *store) InsertOrdered(ctx context.Context, db core.DBTX, envs []core.Env
 		}
 	}
 	return res, nil
+}
+
+// allOrNothing runs write in a transaction of its own when db is a pool,
+// else under a savepoint of the caller's transaction, rolled back when write
+// fails.
+func allOrNothing(ctx context.Context, db core.DBTX, write func(core.DBTX) error) error {
+	if b, ok := db.(core.TxBeginner); ok {
+		tx, err := b.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("insert events: %w", err)
+		}
+		if err := write(tx); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("insert events: %w", err)
+		}
+		return nil
+	}
+	const sp = "outbox_insert_parts"
+	if _, err := db.ExecContext(ctx, "SAVEPOINT "+sp); err != nil {
+		return fmt.Errorf("insert events: %w", err)
+	}
+	if err := write(db); err != nil {
+		if _, rerr := db.ExecContext(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT "+sp); rerr != nil {
+			return errors.Join(err, fmt.Errorf("roll back partial insert: %w", rerr))
+		}
+		return err
+	}
+	if _, err := db.ExecContext(ctx, "RELEASE SAVEPOINT "+sp); err != nil {
+		return fmt.Errorf("insert events: %w", err)
+	}
+	return nil
 }
 
 // Ordering implements core.OrderedStore.
