@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
@@ -326,7 +327,13 @@ func (s *store) RenewLeases(ctx context.Context, db core.DBTX, owner string, ids
 	if !ok {
 		return nil, fmt.Errorf("renew leases: %T cannot renew leases", s.Store)
 	}
-	return lr.RenewLeases(ctx, db, owner, rest, now)
+	lost, err := lr.RenewLeases(ctx, db, owner, rest, now)
+	// A failing event's row stays STREAM, with no lease, until its RETRY
+	// or DEAD lands: it is not lost. Reported lost, the dispatcher would
+	// drop the write it retries after a failure (a database outage), and
+	// the event, delivered once and failed, would wait for a restart.
+	// That write is fenced by status = 5 itself.
+	return slices.DeleteFunc(lost, s.r.t.isFailing), err
 }
 
 // Hook wraps the dispatcher's writer hook: after commit, it hands on the
