@@ -72,13 +72,16 @@ const (
 	// delivered event is written DONE. The default, on every database and
 	// in every Mode.
 	DeliveryClaim Delivery = iota
-	// DeliveryPosition: unordered events without NotBefore are written as
-	// STREAM rows with a position, and one reader per table delivers them
-	// in position order from a persisted position; a delivered event costs
-	// no write after its INSERT, and only a failure (RETRY, DEAD) writes
-	// its row again, from where the claim path serves it. Events of the
-	// aggregate types in the store's Ordered and events with NotBefore take
-	// the claim path, as in DeliveryClaim. PostgreSQL (a table that is not
+	// DeliveryPosition: events without NotBefore are written as STREAM
+	// rows with a position, and one reader per table delivers them in
+	// position order from a persisted position; a delivered event costs no
+	// write after its INSERT, and only a failure (RETRY, DEAD) writes its
+	// row again, from where the claim path serves it. Events of the
+	// aggregate types in the store's Ordered are delivered one at a time
+	// per key, in commit order for writers that serialise on the key; a
+	// failed head keeps its key waiting through the claim path's key table,
+	// as in DeliveryClaim. Events with NotBefore take the claim path; an
+	// ordered one is refused (core.ErrInvalid). PostgreSQL (a table that is not
 	// partitioned), MariaDB 10.5+ (with the PROCESS privilege) and SQLite;
 	// New refuses it on a partitioned table, Start on MySQL. Mode
 	// SingleNode, MultiNode with SingleActive (the active instance is the

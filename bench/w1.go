@@ -361,6 +361,9 @@ func runW1(ctx context.Context, c *config, tg *target, w1, w3 bool) ([]result, e
 	}
 	for _, keys := range c.orderedKeys {
 		kinds = append(kinds, &kind{name: fmt.Sprintf("outbox ordered, %d keys, 1 instance", keys), instances: 1, keys: keys})
+		if (w1 || w3) && c.position && tg.hasPosition() {
+			kinds = append(kinds, &kind{name: fmt.Sprintf("outbox position ordered, %d keys, 1 instance", keys), instances: 1, keys: keys, pos: true})
+		}
 	}
 	if c.w1Only != "" {
 		kinds = slices.DeleteFunc(kinds, func(k *kind) bool { return !strings.HasPrefix(k.name, c.w1Only) })

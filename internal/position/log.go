@@ -89,6 +89,31 @@ type Log interface {
 	// when dead, to DEAD (done_at at), counting an attempt and keeping
 	// lastErr; false when the row is not STREAM any more.
 	MarkFailed(ctx context.Context, db core.DBTX, id string, dead bool, at time.Time, lastErr string) (bool, error)
+	// Divert moves the STREAM rows ids of key k (ordered aggregate type),
+	// given in the key's order, to the claim path's ordered delivery, in
+	// one transaction: it takes their sequence numbers from the key table
+	// and writes each row with its seq, the first NEW (or, with f, RETRY or
+	// DEAD as f says) when every earlier event of the key has finished, the
+	// others WAITING; rows no longer STREAM are left out. With f, ids[0] is
+	// the key's failed head and Divert reports whether its row was still
+	// STREAM. Without f, a key with no unfinished event in the key table is
+	// left to position delivery: Divert writes nothing and reports false;
+	// else true.
+	Divert(ctx context.Context, db core.DBTX, k Key, ids []string, f *Failure) (bool, error)
+	// OpenKeys returns the keys whose events the claim path's ordered
+	// delivery has not finished (done_seq below last_seq in the key
+	// table): their later events wait behind them.
+	OpenKeys(ctx context.Context, db core.DBTX) ([]Key, error)
+}
+
+// Key is one key of an ordered aggregate type.
+type Key struct{ AggregateType, AggregateID string }
+
+// Failure is the outcome Divert writes for a key's failed head.
+type Failure struct {
+	Dead    bool
+	At      time.Time // the next attempt (RETRY), or when it died (DEAD)
+	LastErr string
 }
 
 // Source is implemented by the stores that offer a Log, through an

@@ -1,9 +1,11 @@
 package position
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,6 +36,13 @@ type Config struct {
 	Interval time.Duration
 	// BatchSize caps one read. Default 500.
 	BatchSize int
+	// SaveEvery is the least time between two saves of the position by
+	// the reading cycles (closing and Flush save at once). A commit the
+	// reader is woken for makes a cycle; saving after each would write the
+	// position table per commit where the reader delivers (ordered
+	// events), on SQLite's one connection too. After a kill, what was
+	// resolved since the last save is delivered again. Default Interval.
+	SaveEvery time.Duration
 	// HotMax bounds the positions the hot path holds at once; beyond it
 	// the reader delivers. Default 10,000.
 	HotMax int
@@ -45,8 +54,13 @@ type Config struct {
 	// NoWatch: do not LISTEN for the table's wake-ups (core.WakeSource,
 	// PostgreSQL) on a dedicated connection; read every Interval only.
 	NoWatch bool
-	// Ordering: the aggregate types whose events take the claim path.
+	// Ordering: the aggregate types whose events are delivered in order per
+	// key (keys.go).
 	Ordering core.Ordering
+	// OrderedMax bounds the events of ordered aggregate types held in
+	// memory behind their keys' heads; at it, the reader reads no new rows
+	// (it still reads its gaps again) until heads resolve. Default 10,000.
+	OrderedMax int
 	// Logger receives the reader's logs; nil: outboxlog.Default().
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -58,6 +72,7 @@ type Config struct {
 type Reader struct {
 	cfg   Config
 	t     *tracker
+	keys  *keys
 	owner string // the lease owner of the events the reader hands over
 	loop  lifecycle.Loop
 	wake  chan struct{}
@@ -67,8 +82,9 @@ type Reader struct {
 	// cold queue was full (the reader's goroutine only).
 	waitsForRoom bool
 
-	saveMu sync.Mutex
-	saved  State // the last state written
+	saveMu  sync.Mutex
+	saved   State     // the last state written
+	savedAt time.Time // when a cycle last saved (the reader's goroutine only)
 }
 
 // roomWait is the pause before the next read while a backlog waits for
@@ -87,16 +103,22 @@ func New(cfg Config) (*Reader, error) {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 500
 	}
+	if cfg.SaveEvery <= 0 {
+		cfg.SaveEvery = cfg.Interval
+	}
 	if cfg.HotMax <= 0 {
 		cfg.HotMax = 10_000
 	}
 	if cfg.CycleTimeout <= 0 {
 		cfg.CycleTimeout = 30 * time.Second
 	}
+	if cfg.OrderedMax <= 0 {
+		cfg.OrderedMax = 10_000
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	r := &Reader{cfg: cfg, t: newTracker(cfg.HotMax), wake: make(chan struct{}, 1), log: outboxlog.Or(cfg.Logger)}
+	r := &Reader{cfg: cfg, t: newTracker(cfg.HotMax), keys: newKeys(), wake: make(chan struct{}, 1), log: outboxlog.Or(cfg.Logger)}
 	if cfg.Handler != nil {
 		r.SetHandler(cfg.Handler)
 	}
@@ -247,13 +269,20 @@ func (r *Reader) watch(ctx context.Context, src core.WakeSource) {
 	})
 }
 
-// cycle is one round: take over or stand by, read the gaps again and drop
-// the final ones, read after the cursor, save. It reports whether the read
-// after the cursor came back full.
+// cycle is one round: take over or stand by, read after the cursor, read
+// the gaps again and drop the final ones, hand over what was read (in
+// position order), move the events of diverted keys to the claim path,
+// save. It reports whether the read after the cursor came back full.
+//
+// The read after the cursor comes before the gaps are read again, so that
+// an event of an ordered key is never handed over before an earlier one of
+// its key: if e1 committed before e2's INSERT and a read returns e2, e1 is
+// returned by the same read (a smaller position, committed before it), or
+// it lies in a gap that the re-read after it finds, or it was seen before.
 func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 	db, lg := r.cfg.DB, r.cfg.Log
 	if !r.active() {
-		r.t.setLive(false)
+		r.standBy()
 		return false, nil
 	}
 	if !r.live() {
@@ -261,42 +290,41 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 		if err != nil {
 			return false, err
 		}
+		var open []Key
+		if len(r.cfg.Ordering) > 0 {
+			if open, err = lg.OpenKeys(ctx, db); err != nil {
+				return false, err
+			}
+		}
 		_, tok, err := lg.Horizon(ctx, db)
 		if err != nil {
 			return false, err
 		}
+		r.keys.reset(open)
 		r.t.load(st, tok)
 		r.saveMu.Lock()
 		r.saved = st
 		r.saveMu.Unlock()
 		r.log.InfoContext(ctx, "outbox position reader: reading from the persisted position",
-			slog.Int64("floor", st.Floor), slog.Int64("cursor", st.Cursor), slog.Int("open_ranges", len(st.Open)))
+			slog.Int64("floor", st.Floor), slog.Int64("cursor", st.Cursor), slog.Int("open_ranges", len(st.Open)),
+			slog.Int("open_keys", len(open)))
 	}
 	room := r.cfg.Handler.ColdCapacity()
 	r.waitsForRoom = false
-	if gaps := r.t.startCycle(); len(gaps) > 0 {
-		h, _, err := lg.Horizon(ctx, db)
-		if err != nil {
+	gaps := r.t.startCycle()
+	_, cursor, _ := r.t.lag()
+	var h Token
+	if len(gaps) > 0 {
+		if h, _, err = lg.Horizon(ctx, db); err != nil {
 			return false, err
 		}
-		rows, err := lg.ReadRanges(ctx, db, gaps)
-		if err != nil {
-			return false, err
-		}
-		for _, row := range rows {
-			if r.t.seen(row.Pos, row.ID, true) == deliver {
-				r.hand(ctx, row)
-				room--
-			}
-		}
-		r.t.finalize(h)
 	}
+	var got []Row // rows to hand over, from both reads
 	if room <= 0 {
 		r.waitsForRoom = true // reading on would only hand rows back
 	}
-	if room > 0 {
+	if room > 0 && !r.keys.full(r.cfg.OrderedMax) {
 		n := min(room, r.cfg.BatchSize)
-		_, cursor, _ := r.t.lag()
 		// While the hot path delivers, most rows need no delivery here:
 		// read their positions alone, then the few rows to deliver.
 		light := r.t.hotAhead()
@@ -308,15 +336,15 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 		if err != nil {
 			return false, err
 		}
-		got := make([]int64, 0, len(rows))
+		seen := make([]int64, 0, len(rows))
 		var fetch []Range
 		for _, row := range rows {
-			got = append(got, row.Pos)
+			seen = append(seen, row.Pos)
 			if r.t.seen(row.Pos, row.ID, false) != deliver {
 				continue
 			}
 			if !light {
-				r.hand(ctx, row)
+				got = append(got, row)
 				continue
 			}
 			if k := len(fetch); k > 0 && fetch[k-1].Hi+1 == row.Pos {
@@ -325,7 +353,7 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 				fetch = append(fetch, Range{Lo: row.Pos, Hi: row.Pos})
 			}
 		}
-		r.t.readTo(got, tok)
+		r.t.readTo(seen, tok)
 		full = len(rows) == n
 		r.waitsForRoom = full && n < r.cfg.BatchSize // the read was cut to the room left
 		if len(fetch) > 0 {
@@ -336,7 +364,7 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 			found := make(map[int64]bool, len(fetched))
 			for _, row := range fetched {
 				found[row.Pos] = true
-				r.hand(ctx, row)
+				got = append(got, row)
 			}
 			for _, rg := range fetch {
 				for p := rg.Lo; p <= rg.Hi; p++ {
@@ -346,31 +374,125 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 				}
 			}
 			if err != nil {
+				r.route(ctx, got)
 				return false, err
 			}
 		}
 	}
-	return full, r.save(ctx)
+	if len(gaps) > 0 {
+		rows, err := lg.ReadRanges(ctx, db, gaps)
+		if err != nil {
+			r.route(ctx, got)
+			return false, err
+		}
+		for _, row := range rows {
+			if r.t.seen(row.Pos, row.ID, true) == deliver {
+				got = append(got, row)
+			}
+		}
+		r.t.finalize(h, cursor)
+	}
+	r.route(ctx, got)
+	if err := r.divertPending(ctx); err != nil {
+		return false, err
+	}
+	if now := r.cfg.Now(); now.Sub(r.savedAt) >= r.cfg.SaveEvery {
+		r.savedAt = now
+		return full, r.save(ctx)
+	}
+	return full, nil
+}
+
+// standBy drops the state: another process is the table's reader.
+func (r *Reader) standBy() {
+	r.t.setLive(false)
+	r.keys.reset(nil)
+}
+
+// ordered reports whether row is an event of an ordered aggregate type,
+// delivered one at a time per key.
+func (r *Reader) ordered(row Row) bool {
+	if row.Err != nil || len(r.cfg.Ordering) == 0 || row.Event.AggregateID() == "" {
+		return false
+	}
+	_, ok := r.cfg.Ordering.Ordered(row.Event.AggregateType())
+	return ok
+}
+
+// route hands rows over in position order: the unordered ones, and each
+// ordered one that is its key's head; the others wait in their key's queue.
+func (r *Reader) route(ctx context.Context, rows []Row) {
+	slices.SortFunc(rows, func(a, b Row) int { return cmpInt(a.Pos, b.Pos) })
+	for _, row := range rows {
+		if !r.ordered(row) || r.keys.add(row) {
+			r.hand(ctx, row)
+		}
+	}
+}
+
+// next hands over the event after id in id's key, when id was an ordered
+// head that resolved. It runs on the dispatcher's goroutines.
+func (r *Reader) next(ctx context.Context, id string) {
+	if len(r.cfg.Ordering) == 0 {
+		return
+	}
+	if row, ok := r.keys.finish(id); ok && !r.hand(ctx, row) {
+		r.Wake() // given back: read again
+	}
+}
+
+// divertPending moves the events read for diverted keys to the claim path
+// behind their keys' unfinished events, or, for a key whose events there
+// all finished, takes the key back.
+func (r *Reader) divertPending(ctx context.Context) error {
+	var first error
+	for key, rows := range r.keys.takePending() {
+		ids := make([]string, len(rows))
+		for i, row := range rows {
+			ids[i] = row.ID
+			// Once moved, a row's outcome is the claim path's, even
+			// before resolve below (a poller may deliver it at once).
+			r.t.beginFail(row.ID)
+		}
+		moved, err := r.cfg.Log.Divert(ctx, r.cfg.DB, key, ids, nil)
+		switch {
+		case err != nil:
+			r.t.endFail(ids)
+			r.keys.repend(key, rows)
+			first = cmp.Or(first, err)
+		case moved:
+			for _, id := range ids {
+				r.t.resolve(id)
+			}
+		default:
+			r.t.endFail(ids)
+			r.keys.undivert(key)
+			r.route(ctx, rows)
+		}
+	}
+	return first
 }
 
 // hand gives a row to the dispatcher, or marks it DEAD when it cannot be
-// decoded; a refused one is read again.
-func (r *Reader) hand(ctx context.Context, row Row) {
+// decoded; a refused one is read again (false).
+func (r *Reader) hand(ctx context.Context, row Row) bool {
 	if row.Err != nil {
 		r.log.ErrorContext(ctx, "outbox position reader: row cannot be decoded; marked DEAD", outboxlog.Err(row.Err), slog.String("event_id", row.ID))
 		if _, err := r.cfg.Log.MarkFailed(ctx, r.cfg.DB, row.ID, true, r.cfg.Now(), row.Err.Error()); err != nil {
 			r.log.ErrorContext(ctx, "outbox position reader: marking an undecodable row DEAD failed", outboxlog.Err(err), slog.String("event_id", row.ID))
 			r.t.giveBack(row.ID)
-			return
+			return false
 		}
 		r.t.resolve(row.ID)
-		return
+		return true
 	}
 	ev := row.Event
 	ev.LockedBy, ev.LockedAt = r.owner, r.cfg.Now()
 	if !r.cfg.Handler.EnqueueCold(ev) {
 		r.t.giveBack(row.ID)
+		return false
 	}
+	return true
 }
 
 // save writes the state when it changed. Fenced by the owner: a reader
@@ -387,7 +509,7 @@ func (r *Reader) save(ctx context.Context) error {
 		return err
 	}
 	if !ok {
-		r.t.setLive(false)
+		r.standBy()
 		return fmt.Errorf("the position was taken over by another reader; standing by")
 	}
 	r.saved = st

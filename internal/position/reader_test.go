@@ -75,7 +75,7 @@ func newFixtureOf(t *testing.T, tg testdb.Target, owner string) *fixture {
 		t.Fatal(err)
 	}
 	h := &handler{owner: owner}
-	r, err := position.New(position.Config{Log: lg, Store: tg.Store, DB: tg.DB, Handler: h})
+	r, err := position.New(position.Config{SaveEvery: time.Nanosecond, Log: lg, Store: tg.Store, DB: tg.DB, Handler: h})
 	if err != nil {
 		t.Fatal(err)
 	}

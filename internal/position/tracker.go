@@ -182,6 +182,15 @@ func (t *tracker) beginFail(id string) bool {
 	return true
 }
 
+// endFail takes ids out of failing: their rows stayed STREAM.
+func (t *tracker) endFail(ids []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, id := range ids {
+		delete(t.failing, id)
+	}
+}
+
 // resolve records the outcome of id (delivered, RETRY or DEAD written).
 func (t *tracker) resolve(id string) {
 	t.mu.Lock()
@@ -355,13 +364,14 @@ func (t *tracker) startCycle() []Range {
 	return rs
 }
 
-// finalize drops the gaps whose token the horizon h (taken before the
-// re-read of this cycle) has reached: what the re-read did not find there
-// never commits.
-func (t *tracker) finalize(h Token) {
+// finalize drops the gaps at or below upTo (the cursor when the cycle
+// began: the gaps the re-read covered) whose token the horizon h (taken
+// before the re-read of this cycle) has reached: what the re-read did not
+// find there never commits.
+func (t *tracker) finalize(h Token, upTo int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.gaps = slices.DeleteFunc(t.gaps, func(g gap) bool { return g.tok <= h })
+	t.gaps = slices.DeleteFunc(t.gaps, func(g gap) bool { return g.tok <= h && g.hi <= upTo })
 }
 
 // hasGaps reports whether gaps wait to be read again.

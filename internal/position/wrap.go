@@ -13,13 +13,16 @@ import (
 // Store returns the store the Writer and the dispatcher use in position
 // delivery: inner, except that
 //
-//   - an insert writes unordered, undelayed events as STREAM rows (the
-//     others take the claim path: ordered aggregate types, NotBefore), and,
-//     when leased (a transaction whose commit the hot path sees), lets the
-//     hot path hold their positions;
+//   - an insert writes undelayed events as STREAM rows (delayed ones take
+//     the claim path; a delayed ordered one is refused), and, when leased
+//     (a transaction whose commit the hot path sees), lets the hot path
+//     hold the positions of the unordered ones; the reader alone delivers
+//     the ordered ones, one at a time per key (keys.go);
 //   - the outcomes of STREAM events (owner Reader.Owner, or a hot position)
 //     write nothing when delivered, move the row from STREAM to RETRY or
-//     DEAD when not, and resolve their positions;
+//     DEAD when not (an ordered head: to the claim path's ordered delivery
+//     with its key's queued events, Log.Divert), and resolve their
+//     positions;
 //   - their leases are neither renewed nor released: they have none.
 //
 // Everything else goes to inner.
@@ -27,7 +30,7 @@ func (r *Reader) Store() core.Store { return &store{Store: r.cfg.Store, r: r} }
 
 // WriterOnlyStore is Store for a process that only writes: no hot path.
 func WriterOnlyStore(inner core.Store, lg Log, ordering core.Ordering) core.Store {
-	r := &Reader{cfg: Config{Store: inner, Log: lg, Ordering: ordering}, t: newTracker(0)}
+	r := &Reader{cfg: Config{Store: inner, Log: lg, Ordering: ordering}, t: newTracker(0), keys: newKeys()}
 	return &store{Store: inner, r: r}
 }
 
@@ -45,17 +48,39 @@ var (
 
 func (s *store) Unwrap() core.Store { return s.Store }
 
-// streams reports whether env is written as a STREAM row.
+// streams reports whether env is written as a STREAM row: every event but
+// a delayed one (NotBefore), which takes the claim path. An ordered event
+// never takes that path here (check refuses a delayed one).
 func (s *store) streams(env core.Envelope) bool {
-	if !env.AvailableAt().Equal(env.OccurredAt()) {
-		return false
+	return env.AvailableAt().Equal(env.OccurredAt())
+}
+
+// isOrdered reports whether env is of an ordered aggregate type.
+func (s *store) isOrdered(env core.Envelope) bool {
+	if o := s.r.cfg.Ordering; len(o) > 0 {
+		_, ok := o.Ordered(env.AggregateType())
+		return ok
 	}
-	if o := s.r.cfg.Ordering; o != nil {
-		if _, ok := o.Ordered(env.AggregateType()); ok {
-			return false
+	return false
+}
+
+// check refuses what position delivery cannot order: an ordered event
+// without an aggregate id, or with a NotBefore (its key's later events
+// would not wait for it).
+func (s *store) check(envs []core.Envelope) error {
+	for _, env := range envs {
+		if !s.isOrdered(env) {
+			continue
+		}
+		if env.AggregateID() == "" {
+			return core.Invalid("aggregate id", "event %s is of ordered aggregate type %q and has no aggregate id", env.ID(), env.AggregateType())
+		}
+		if !s.streams(env) {
+			return core.Invalid("not before", "event %s is of ordered aggregate type %q and has a NotBefore: "+
+				"position delivery does not delay ordered events (DeliveryClaim does)", env.ID(), env.AggregateType())
 		}
 	}
-	return true
+	return nil
 }
 
 // Insert implements core.Store.
@@ -67,6 +92,9 @@ func (s *store) Insert(ctx context.Context, db core.DBTX, envs []core.Envelope, 
 // InsertOrdered implements core.OrderedStore: the STREAM events in one
 // statement (or a few), the others through inner.
 func (s *store) InsertOrdered(ctx context.Context, db core.DBTX, envs []core.Envelope, opts core.InsertOptions) (core.InsertResult, error) {
+	if err := s.check(envs); err != nil {
+		return core.InsertResult{}, err
+	}
 	var stream, claim []core.Envelope
 	var claimAt []int
 	for i, env := range envs {
@@ -123,8 +151,14 @@ func (s *store) insertParts(ctx context.Context, db core.DBTX, envs []core.Envel
 		return core.InsertResult{}, err
 	}
 	if opts.LeaseOwner != "" {
+		// An ordered event has no hot path: the reader delivers it, woken
+		// by the hook at the commit when it runs in this process.
 		missed := false
 		for i, env := range stream {
+			if s.isOrdered(env) {
+				missed = missed || !s.r.live()
+				continue
+			}
 			if !s.r.t.takeHot(env.ID(), pos[i]) {
 				missed = true
 			}
@@ -186,10 +220,11 @@ func (s *store) ordered() core.OrderedStore {
 	return o
 }
 
-// MarkDoneOrdered implements core.OrderedStore; STREAM events are never
-// ordered, but a batch of DONE outcomes may mix them with ordered ones.
+// MarkDoneOrdered implements core.OrderedStore: the ids of STREAM events
+// (which carry no seq) resolve their positions, the others (events of the
+// claim path's ordered delivery) go to inner.
 func (s *store) MarkDoneOrdered(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
-	rest, n := s.resolveDone(ids)
+	rest, n := s.resolveDone(ctx, ids)
 	if len(rest) == 0 {
 		return n, nil, nil
 	}
@@ -200,7 +235,7 @@ func (s *store) MarkDoneOrdered(ctx context.Context, db core.DBTX, owner string,
 // MarkDeadOrdered implements core.OrderedStore.
 func (s *store) MarkDeadOrdered(ctx context.Context, db core.DBTX, owner, id string, now time.Time, lastErr string) (bool, []core.Event, error) {
 	if s.r.t.beginFail(id) {
-		ok, err := s.fail(ctx, db, id, true, now, lastErr)
+		ok, err := s.failed(ctx, db, id, true, now, lastErr)
 		return ok, nil, err
 	}
 	return s.ordered().MarkDeadOrdered(ctx, db, owner, id, now, lastErr)
@@ -230,10 +265,14 @@ func (s *store) split(ids []string, own func(id string)) (rest []string, n int64
 	return rest, n
 }
 
-// resolveDone resolves the ids of STREAM events and returns the others and
+// resolveDone resolves the ids of STREAM events, hands over the next event
+// of each ordered key whose head it resolved, and returns the others and
 // how many it resolved.
-func (s *store) resolveDone(ids []string) (rest []string, n int64) {
-	rest, n = s.split(ids, s.r.t.resolve)
+func (s *store) resolveDone(ctx context.Context, ids []string) (rest []string, n int64) {
+	rest, n = s.split(ids, func(id string) {
+		s.r.t.resolve(id)
+		s.r.next(ctx, id)
+	})
 	// No wake-up: a resolved position only moves the floor, which the
 	// next cycle saves; waking the reader per outcome would write the
 	// position table per DONE batch.
@@ -242,7 +281,7 @@ func (s *store) resolveDone(ids []string) (rest []string, n int64) {
 
 // MarkDone implements core.Store.
 func (s *store) MarkDone(ctx context.Context, db core.DBTX, owner, id string, now time.Time) (bool, error) {
-	if rest, n := s.resolveDone([]string{id}); len(rest) == 0 {
+	if rest, n := s.resolveDone(ctx, []string{id}); len(rest) == 0 {
 		return n == 1, nil
 	}
 	return s.Store.MarkDone(ctx, db, owner, id, now)
@@ -250,7 +289,7 @@ func (s *store) MarkDone(ctx context.Context, db core.DBTX, owner, id string, no
 
 // MarkDoneBatch implements core.BatchMarker.
 func (s *store) MarkDoneBatch(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, error) {
-	rest, n := s.resolveDone(ids)
+	rest, n := s.resolveDone(ctx, ids)
 	if len(rest) == 0 {
 		return n, nil
 	}
@@ -282,10 +321,47 @@ func (s *store) fail(ctx context.Context, db core.DBTX, id string, dead bool, at
 	return ok, nil
 }
 
+// failed writes the RETRY or DEAD of a STREAM event marked failing. The
+// head of an ordered key goes, with the events queued behind it, to the
+// claim path's ordered delivery (Log.Divert), which keeps the key waiting
+// behind it; a DEAD head of a key whose policy is core.DeadContinues is
+// written DEAD alone, and the key's next event goes.
+func (s *store) failed(ctx context.Context, db core.DBTX, id string, dead bool, at time.Time, lastErr string) (bool, error) {
+	key, ok := s.r.keys.holds(id)
+	if !ok {
+		return s.fail(ctx, db, id, dead, at, lastErr)
+	}
+	if p, _ := s.r.cfg.Ordering.Ordered(key.AggregateType); dead && p == core.DeadContinues {
+		ok, err := s.fail(ctx, db, id, true, at, lastErr)
+		if err == nil {
+			s.r.next(ctx, id)
+		}
+		return ok, err
+	}
+	key, ids, ok := s.r.keys.beginDivert(id)
+	if !ok {
+		return s.fail(ctx, db, id, dead, at, lastErr)
+	}
+	for _, other := range ids[1:] {
+		// Once moved, their outcomes are the claim path's.
+		s.r.t.beginFail(other)
+	}
+	moved, err := s.r.cfg.Log.Divert(ctx, db, key, ids, &Failure{Dead: dead, At: at, LastErr: lastErr})
+	if err != nil {
+		return false, err // the dispatcher tries again; the key stays failing
+	}
+	for _, other := range ids {
+		s.r.t.resolve(other)
+	}
+	s.r.keys.endDivert(key, ids)
+	s.r.Wake() // the events of the key read meanwhile follow
+	return moved, nil
+}
+
 // MarkRetry implements core.Store.
 func (s *store) MarkRetry(ctx context.Context, db core.DBTX, owner, id string, next time.Time, lastErr string) (bool, error) {
 	if s.r.t.beginFail(id) {
-		return s.fail(ctx, db, id, false, next, lastErr)
+		return s.failed(ctx, db, id, false, next, lastErr)
 	}
 	return s.Store.MarkRetry(ctx, db, owner, id, next, lastErr)
 }
@@ -293,7 +369,7 @@ func (s *store) MarkRetry(ctx context.Context, db core.DBTX, owner, id string, n
 // MarkDead implements core.Store.
 func (s *store) MarkDead(ctx context.Context, db core.DBTX, owner, id string, now time.Time, lastErr string) (bool, error) {
 	if s.r.t.beginFail(id) {
-		return s.fail(ctx, db, id, true, now, lastErr)
+		return s.failed(ctx, db, id, true, now, lastErr)
 	}
 	return s.Store.MarkDead(ctx, db, owner, id, now, lastErr)
 }

@@ -180,3 +180,99 @@ func TestDoneBatchLocksOnlyItsKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDoneBatchNextEventHeld: the first pass of a DONE batch locks each key
+// row with the key's next event joined (SKIP LOCKED). When another
+// transaction holds that event's row, MariaDB returns the key without it;
+// the batch must then leave the key to the pass that waits, not move it
+// without promoting its next event (which would stay WAITING for good).
+// The other key of the batch is finished at once; the held one once the
+// event's row is released, and the promoted events are returned as stored.
+func TestDoneBatchNextEventHeld(t *testing.T) {
+	t.Parallel()
+	tg := testdb.MySQL(t)
+	ctx := context.Background()
+	st, ok := core.StoreAs[core.OrderedStore](tg.Ordered)
+	if !ok {
+		t.Fatalf("%T is not ordered", tg.Ordered)
+	}
+	var envs []core.Envelope
+	for _, id := range []string{"A-1", "A-2", "B-1", "B-2"} {
+		e, err := core.NewEnvelope(core.EnvelopeSpec{ID: id, Type: core.EventName("Placed"),
+			AggregateType: core.AggregateName("Order"), AggregateID: id[:1], JSON: []byte(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs = append(envs, e)
+	}
+	const owner = "finisher"
+	if res, err := st.InsertOrdered(ctx, tg.DB, envs, core.InsertOptions{LeaseOwner: owner, LeaseAt: time.Now()}); err != nil || len(res.Waiting) != 2 {
+		t.Fatalf("write: waiting %v, err %v", res.Waiting, err)
+	}
+	tx, err := tg.DB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	var status int
+	if err := tx.QueryRowContext(ctx, "SELECT status FROM "+tg.Table+" WHERE event_id = 'A-2' FOR UPDATE").Scan(&status); err != nil || status != int(core.StatusWaiting) {
+		t.Fatalf("lock A-2: status %d, err %v", status, err)
+	}
+	type result struct {
+		n        int64
+		promoted []core.Event
+		err      error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, promoted, err := st.MarkDoneOrdered(ctx, tg.DB, owner, []string{"A-1", "B-1"}, time.Now())
+		done <- result{n, promoted, err}
+	}()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ev, err := tg.Store.Get(ctx, tg.DB, "B-2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Status == core.StatusNew {
+			break
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("mark done A-1, B-1 returned while A-2's row was held: n=%d promoted=%v err=%v", r.n, r.promoted, r.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("B-2 was not promoted while A-2's row was held")
+		}
+		<-tick.C
+	}
+	if ev, err := tg.Store.Get(ctx, tg.DB, "A-2"); err != nil || ev.Status != core.StatusWaiting {
+		t.Fatalf("A-2 while its row is held: %v, %v; want WAITING", ev.Status, err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("mark done A-1, B-1 did not return once A-2's row was released")
+	}
+	if r.err != nil || r.n != 2 || len(r.promoted) != 2 {
+		t.Fatalf("mark done A-1, B-1: n=%d promoted=%v err=%v; want 2 and A-2, B-2", r.n, r.promoted, r.err)
+	}
+	for _, p := range r.promoted {
+		ev, err := tg.Store.Get(ctx, tg.DB, p.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Status != core.StatusNew || ev.LockedBy != owner || p.Status != ev.Status || p.LockedBy != ev.LockedBy ||
+			!p.LockedAt.Equal(ev.LockedAt) || p.Seq != ev.Seq || string(p.RawPayload()) != string(ev.RawPayload()) {
+			t.Errorf("promoted %s as returned: %v %q %v seq %d; as stored: %v %q %v seq %d",
+				p.ID(), p.Status, p.LockedBy, p.LockedAt, p.Seq, ev.Status, ev.LockedBy, ev.LockedAt, ev.Seq)
+		}
+	}
+}

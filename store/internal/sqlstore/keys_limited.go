@@ -82,14 +82,7 @@ func (k *limitedKeys) markDone(ctx context.Context, tx core.DBTX, owner string, 
 // chunk.
 func (k *limitedKeys) advance(ctx context.Context, tx core.DBTX, fs []finished, owner string, now, leaseAt time.Time) ([]core.Event, error) {
 	began := time.Now()
-	var runs []seqRun
-	for _, f := range fs {
-		if n := len(runs); n > 0 && runs[n-1].key == f.key && runs[n-1].to+1 == f.seq {
-			runs[n-1].to = f.seq
-			continue
-		}
-		runs = append(runs, seqRun{f.key, f.seq - 1, f.seq})
-	}
+	runs := seqRuns(fs)
 	var waiting [][]seqRun
 	for chunk := range slices.Chunk(runs, keyChunk) {
 		w, err := k.moveKeys(ctx, tx, chunk, now)
@@ -193,4 +186,190 @@ func (k *limitedKeys) promoteSQL(n int) (promote, read string) {
 		"SET e.status = " + stNew + ", e.locked_by = ?, e.locked_at = ? WHERE e.status = " + stWaiting + " AND " + nextEvents("e.", n)
 	return s.d.rebind(promote), s.d.rebind("SELECT " + columns + " FROM " + s.qt +
 		" WHERE status = " + stNew + " AND locked_by = ? AND locked_at = ? AND " + nextEvents("", n))
+}
+
+// finishFree is finish's first pass where Dialect.LockingReadSkip is set
+// (MySQL 8, MariaDB 10.6+). Of held, the rows of ids owner still leases
+// (locked by finish's locking read), with fs their finished ordered events
+// (sorted by key and seq) and keyOf the keys of those rows, it marks DONE
+// (at now) the rows of the keys whose rows it can lock at once and the
+// unordered rows, moves those keys and promotes their next events, leased by
+// owner at leaseAt, and returns the ids of the other rows as busy, for the
+// pass that waits.
+//
+// Its key rows are held for three round trips, not five: one locking read
+// per keyChunk keys (lockKeysNextSQL) locks the key rows no other
+// transaction holds, passing the others (SKIP LOCKED), and returns each with
+// its done_seq, its last_seq and, whole, the event after the run that moves
+// it, locked too; then one UPDATE marks the rows DONE and promotes those
+// events, by primary key, and a key UPDATE per keyChunk keys moves the keys.
+// The promoted events are the rows that read returned, with the lease this
+// pass gives them: no read-back. Under CPU contention each round trip is a
+// wait for the scheduler while the writers of those keys queue behind them
+// (see docs/design/ordered.md, "Where the time goes").
+//
+// Holding the key row, no writer of the key is open: the event after the
+// run, when last_seq says there is one, is committed and WAITING. If the
+// read returns the key without it (another transaction holds that event's
+// row: SKIP LOCKED passes it and leaves the key's columns NULL-extended,
+// as MariaDB does), the key is left busy, for the pass that waits.
+func (k *limitedKeys) finishFree(ctx context.Context, tx core.DBTX, owner string, held []string, fs []finished,
+	keyOf map[string]orderKey, now, leaseAt time.Time) (int64, []core.Event, []string, error) {
+	s := k.s
+	doneAt := s.ts(now)
+	runs := seqRuns(fs)
+	by, lockedAt := s.promotionLease(owner, leaseAt)
+	free := make(map[orderKey]bool)
+	var moves []seqRun
+	var next []core.Event
+	for start := 0; start < len(runs); {
+		end := runKeyPrefix(runs[start:], keyChunk) + start
+		q, args := k.lockKeysNextSQL(runs[start:end])
+		rows, err := tx.QueryContext(ctx, q, args...)
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		var r row
+		var key orderKey
+		var doneSeq, lastSeq int64
+		dest := append([]any{&key.aggType, &key.aggID, &doneSeq, &lastSeq}, r.dest()...)
+		for rows.Next() {
+			if err := rows.Scan(dest...); err != nil {
+				rows.Close()
+				return 0, nil, nil, err
+			}
+			i := slices.IndexFunc(runs[start:end], func(run seqRun) bool { return run.key == key && run.from == doneSeq })
+			if i < 0 {
+				// The key went past these events (a skipped or continued
+				// DEAD event replayed): its rows are marked, the key stays.
+				free[key] = true
+				continue
+			}
+			run := runs[start+i]
+			if lastSeq > run.to {
+				if !r.seq.Valid || r.seq.Int64 != run.to+1 || r.status != int16(core.StatusWaiting) {
+					continue // its next event's row is held: busy
+				}
+				ev, err := r.decode()
+				if err != nil {
+					rows.Close()
+					return 0, nil, nil, fmt.Errorf("event %s: %w", r.id, err)
+				}
+				ev.Status = core.StatusNew
+				if owner != "" {
+					ev.LockedBy, ev.LockedAt = owner, leaseAt.UTC().Truncate(time.Microsecond)
+				}
+				next = append(next, ev)
+			}
+			free[key] = true
+			moves = append(moves, run)
+		}
+		if err := rows.Close(); err != nil {
+			return 0, nil, nil, err
+		}
+		if err := rows.Err(); err != nil {
+			return 0, nil, nil, err
+		}
+		start = end
+	}
+	var busy []string
+	held = slices.DeleteFunc(held, func(id string) bool {
+		if key, ordered := keyOf[id]; ordered && !free[key] {
+			busy = append(busy, id)
+			return true
+		}
+		return false
+	})
+	if len(held) == 0 {
+		return 0, nil, busy, nil
+	}
+	q, args := k.doneNextSQL(held, next, doneAt, owner, by, lockedAt)
+	res, err := tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	// The promoted rows are locked by this transaction and WAITING: each
+	// is changed.
+	if n -= int64(len(next)); n < 0 {
+		return 0, nil, nil, fmt.Errorf("the DONE update changed %d rows, fewer than the %d events it promotes", n+int64(len(next)), len(next))
+	}
+	for chunk := range slices.Chunk(moves, keyChunk) {
+		if _, err := k.moveKeys(ctx, tx, chunk, now); err != nil {
+			return 0, nil, nil, err
+		}
+	}
+	return n, next, busy, nil
+}
+
+// runKeyPrefix returns the length of the longest prefix of runs, sorted by
+// key, that holds at most max keys.
+func runKeyPrefix(runs []seqRun, max int) int {
+	keys := 0
+	for i, r := range runs {
+		if i == 0 || r.key != runs[i-1].key {
+			if keys == max {
+				return i
+			}
+			keys++
+		}
+	}
+	return len(runs)
+}
+
+// lockKeysNextSQL returns the locking read of finishFree for runs (of at
+// most keyChunk keys) and its arguments: the rows of the runs' keys that no
+// other transaction holds (Dialect.LockingReadSkip), each with its done_seq
+// and last_seq, and, joined, the event after the run that starts at the
+// key's done_seq, found by (key, seq) in the seq index, its NOT NULL
+// columns COALESCEd so that a key without one scans.
+func (k *limitedKeys) lockKeysNextSQL(runs []seqRun) (string, []any) {
+	s := k.s
+	var b strings.Builder
+	b.WriteString("SELECT k.aggregate_type, k.aggregate_id, k.done_seq, k.last_seq, " +
+		"COALESCE(e.event_id, ''), COALESCE(e.event_type, ''), COALESCE(e.aggregate_type, ''), e.aggregate_id, e.tenant_id, " +
+		"e.payload, e.headers, COALESCE(e.status, 0), COALESCE(e.attempts, 0), e.available_at, e.created_at, e.done_at, " +
+		"e.last_error, e.locked_by, e.locked_at, e.seq FROM " + s.table.KeyTable().Quoted(s.d.Quote) + " k" + s.pkHint() +
+		" LEFT JOIN " + s.qt + " e ON e.aggregate_type = k.aggregate_type AND e.aggregate_id = k.aggregate_id AND e.seq = CASE")
+	var args []any
+	var keys []orderKey
+	for i, j := range s.padMoves(len(runs)) {
+		r := runs[j]
+		b.WriteString(" WHEN k.aggregate_type = ? AND k.aggregate_id = ? AND k.done_seq = ? THEN ?")
+		args = append(args, r.key.aggType, r.key.aggID, r.from, r.to+1)
+		if i == 0 || r.key != keys[len(keys)-1] {
+			keys = append(keys, r.key)
+		}
+	}
+	b.WriteString(" END WHERE ")
+	match, args := s.keyMatch("k.", keys, args)
+	return s.d.rebind(b.String() + match + " " + s.d.LockingReadSkip), args
+}
+
+// doneNextSQL returns finishFree's UPDATE and its arguments: the rows of
+// held that owner still leases go DONE at doneAt, and the WAITING rows of
+// next go NEW, leased by by at lockedAt, in one statement through the
+// primary key. status is assigned last, so that each assignment reads the
+// status the row had, whatever the order in which the server makes them
+// (MariaDB's SIMULTANEOUS_ASSIGNMENT).
+func (k *limitedKeys) doneNextSQL(held []string, next []core.Event, doneAt any, owner string, by, lockedAt any) (string, []any) {
+	s := k.s
+	if len(next) == 0 {
+		q, args := s.inList("UPDATE "+s.qt+s.pkHint()+" SET "+doneSet+" WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (",
+			s.padIDs(held), doneAt, owner)
+		return s.d.rebind(q + ")"), args
+	}
+	ids := make([]string, len(next))
+	for i, ev := range next {
+		ids[i] = ev.ID()
+	}
+	q, args := s.inList("UPDATE "+s.qt+s.pkHint()+" SET done_at = IF(status = "+stWaiting+", done_at, ?), "+
+		"locked_by = IF(status = "+stWaiting+", ?, NULL), locked_at = IF(status = "+stWaiting+", ?, NULL), "+
+		"status = IF(status = "+stWaiting+", "+stNew+", "+stDone+") "+
+		"WHERE (locked_by = ? AND "+notTerminal+" AND event_id IN (", s.padIDs(held), doneAt, by, lockedAt, owner)
+	q2, args := s.inList(")) OR (status = "+stWaiting+" AND event_id IN (", s.padIDs(ids), args...)
+	return s.d.rebind(q + q2 + "))"), args
 }

@@ -75,7 +75,7 @@ func (k *returningKeys) advanceKeys(ctx context.Context, tx core.DBTX, fs []fini
 		}
 	}
 	kt := s.table.KeyTable().Quoted(s.d.Quote)
-	match, args := s.keyMatch(keys, nil)
+	match, args := s.keyMatch("", keys, nil)
 	rows, err := tx.QueryContext(ctx, s.d.rebind("SELECT aggregate_type, aggregate_id, done_seq, last_seq FROM "+kt+
 		" WHERE "+match+" ORDER BY aggregate_type, aggregate_id"+lockingRead(s.d)), args...)
 	if err != nil {

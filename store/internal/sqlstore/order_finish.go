@@ -96,9 +96,10 @@ func everyKey(string) bool { return true }
 // strategy's advance, the keys of those that are ordered and whose
 // aggregate type advance accepts, promoting the keys' next events leased by
 // owner at leaseAt. Unless wait, and where the database can pass locked rows
-// (Dialect.LockingReadSkip), it first locks the rows of those keys without
-// waiting, and leaves alone, returning their ids as busy, the rows of the
-// keys another transaction holds. It runs in tx, a transaction.
+// (Dialect.LockingReadSkip, KeysLimited), it takes limitedKeys.finishFree:
+// it locks the rows of those keys without waiting, and leaves alone,
+// returning their ids as busy, the rows of the keys another transaction
+// holds. It runs in tx, a transaction.
 func (s *Store) finish(ctx context.Context, tx core.DBTX, owner string, ids []string, now, leaseAt time.Time, wait bool,
 	set string, setArgs []any, advance func(aggType string) bool) (int64, []core.Event, []string, error) {
 	q, args := s.inList("SELECT event_id, aggregate_type, aggregate_id, seq FROM "+s.qt+s.pkHint()+
@@ -137,26 +138,9 @@ func (s *Store) finish(ctx context.Context, tx core.DBTX, owner string, ids []st
 	slices.SortFunc(keys, func(a, b finished) int {
 		return cmp.Or(compareKeys(a.key, b.key), cmp.Compare(a.seq, b.seq))
 	})
-	var busy []string
-	if !wait && len(keys) > 0 && s.d.LockingReadSkip != "" {
-		free, err := s.lockFreeKeys(ctx, tx, keys)
-		if err != nil {
-			return 0, nil, nil, err
-		}
-		if len(free) < len(keys) {
-			keys = slices.DeleteFunc(keys, func(f finished) bool { return !free[f.key] })
-			held = slices.DeleteFunc(held, func(id string) bool {
-				k, ordered := keyOf[id]
-				if ordered && !free[k] {
-					busy = append(busy, id)
-					return true
-				}
-				return false
-			})
-			if len(held) == 0 {
-				return 0, nil, busy, nil
-			}
-		}
+	if lk, ok := s.keys.(*limitedKeys); ok && !wait && len(keys) > 0 && s.d.LockingReadSkip != "" {
+		// Unless wait, finish is MarkDoneOrdered's: set is doneSet.
+		return lk.finishFree(ctx, tx, owner, held, keys, keyOf, now, leaseAt)
 	}
 	q, args = s.inList("UPDATE "+s.qt+s.pkHint()+" SET "+set+" WHERE locked_by = ? AND "+notTerminal+" AND event_id IN (",
 		s.padIDs(held), append(setArgs, owner)...)
@@ -169,53 +153,10 @@ func (s *Store) finish(ctx context.Context, tx core.DBTX, owner string, ids []st
 		return 0, nil, nil, err
 	}
 	if len(keys) == 0 {
-		return n, nil, busy, nil
+		return n, nil, nil, nil
 	}
 	promoted, err := s.keys.advance(ctx, tx, keys, owner, now, leaseAt)
-	return n, promoted, busy, err
-}
-
-// lockFreeKeys locks the rows of the keys of fs (sorted by key) that no
-// other transaction holds, without waiting (Dialect.LockingReadSkip), one
-// statement per keyChunk keys, and returns those it locked.
-func (s *Store) lockFreeKeys(ctx context.Context, tx core.DBTX, fs []finished) (map[orderKey]bool, error) {
-	var keys []orderKey
-	for i, f := range fs {
-		if i == 0 || f.key != fs[i-1].key {
-			keys = append(keys, f.key)
-		}
-	}
-	free := make(map[orderKey]bool, len(keys))
-	for chunk := range slices.Chunk(keys, keyChunk) {
-		q, args := s.lockKeysSQL(chunk)
-		rows, err := tx.QueryContext(ctx, q, args...)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			var k orderKey
-			if err := rows.Scan(&k.aggType, &k.aggID); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			free[k] = true
-		}
-		if err := rows.Close(); err != nil {
-			return nil, err
-		}
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-	}
-	return free, nil
-}
-
-// lockKeysSQL returns the locking read of lockFreeKeys of keys and its
-// arguments.
-func (s *Store) lockKeysSQL(keys []orderKey) (string, []any) {
-	match, args := s.keyMatch(keys, nil)
-	return s.d.rebind("SELECT aggregate_type, aggregate_id FROM " + s.table.KeyTable().Quoted(s.d.Quote) + s.pkHint() +
-		" WHERE " + match + " " + s.d.LockingReadSkip), args
+	return n, promoted, nil, err
 }
 
 // pkHint returns Dialect.PrimaryKeyHint with a space before it, or "".
@@ -271,6 +212,20 @@ type seqRun struct {
 	from, to int64
 }
 
+// seqRuns returns the runs of fs (sorted by key and seq): per key, each
+// stretch of seqs that follow each other without a gap.
+func seqRuns(fs []finished) []seqRun {
+	var runs []seqRun
+	for _, f := range fs {
+		if n := len(runs); n > 0 && runs[n-1].key == f.key && runs[n-1].to+1 == f.seq {
+			runs[n-1].to = f.seq
+			continue
+		}
+		runs = append(runs, seqRun{f.key, f.seq - 1, f.seq})
+	}
+	return runs
+}
+
 // promoteArgs returns the arguments of a promotion of the events after runs
 // (see keyStrategy.promoteSQL), its runs padded like padMoves.
 func (s *Store) promoteArgs(runs []seqRun, by, lockedAt any) []any {
@@ -292,14 +247,15 @@ func nextEvents(alias string, n int) string {
 }
 
 // keyMatch returns "(aggregate_type = ? AND aggregate_id = ?) OR ..." for
-// keys, padded like padMoves, and args followed by the keys' values.
-func (s *Store) keyMatch(keys []orderKey, args []any) (string, []any) {
+// keys, padded like padMoves, its columns prefixed by alias, and args
+// followed by the keys' values.
+func (s *Store) keyMatch(alias string, keys []orderKey, args []any) (string, []any) {
 	var sb strings.Builder
 	for i, j := range s.padMoves(len(keys)) {
 		if i > 0 {
 			sb.WriteString(" OR ")
 		}
-		sb.WriteString("(aggregate_type = ? AND aggregate_id = ?)")
+		sb.WriteString("(" + alias + "aggregate_type = ? AND " + alias + "aggregate_id = ?)")
 		args = append(args, keys[j].aggType, keys[j].aggID)
 	}
 	return "(" + sb.String() + ")", args

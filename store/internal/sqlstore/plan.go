@@ -68,7 +68,7 @@ func PlanStatements(s *Store, now time.Time) []Statement {
 // aggIDs (keys of aggType) as one statement names: the key UPDATE
 // ("key-advance"), the promotion of the keys' second events ("promote")
 // and, with Dialect.LockingReadSkip, the locking read of the key rows that
-// passes held ones ("key-lock"),
+// passes held ones and joins the keys' second events ("key-lock"),
 // bound to sample arguments around now. They must walk their indexes (the
 // key table's primary key; the events' seq index, then the key rows) at the
 // largest batch, whatever the table's statistics. Other dialects return
@@ -91,11 +91,7 @@ func KeyPlanStatements(s *Store, aggType string, aggIDs []string, now time.Time)
 	promote, _ := k.promoteSQL(len(runs))
 	out := []Statement{{"key-advance", q, args}, {"promote", promote, pargs}}
 	if s.d.LockingReadSkip != "" {
-		keys := make([]orderKey, len(runs))
-		for i, r := range runs {
-			keys[i] = r.key
-		}
-		lock, largs := s.lockKeysSQL(keys)
+		lock, largs := k.lockKeysNextSQL(runs)
 		out = append(out, Statement{"key-lock", lock, largs})
 	}
 	return out

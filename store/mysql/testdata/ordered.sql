@@ -7,7 +7,7 @@ ROLLBACK;
 -- MarkDoneOrdered of three events (one of them ordered)
 BEGIN ISOLATION LEVEL READ COMMITTED;
 SELECT event_id, aggregate_type, aggregate_id, seq FROM `outbox_event` FORCE INDEX (PRIMARY) WHERE locked_by = ? AND status NOT IN (1, 3) AND event_id IN (?, ?, ?) FOR UPDATE;
-SELECT aggregate_type, aggregate_id FROM `outbox_event_key` FORCE INDEX (PRIMARY) WHERE ((aggregate_type = ? AND aggregate_id = ?)) FOR UPDATE SKIP LOCKED;
+SELECT k.aggregate_type, k.aggregate_id, k.done_seq, k.last_seq, COALESCE(e.event_id, ''), COALESCE(e.event_type, ''), COALESCE(e.aggregate_type, ''), e.aggregate_id, e.tenant_id, e.payload, e.headers, COALESCE(e.status, 0), COALESCE(e.attempts, 0), e.available_at, e.created_at, e.done_at, e.last_error, e.locked_by, e.locked_at, e.seq FROM `outbox_event_key` k FORCE INDEX (PRIMARY) LEFT JOIN `outbox_event` e ON e.aggregate_type = k.aggregate_type AND e.aggregate_id = k.aggregate_id AND e.seq = CASE WHEN k.aggregate_type = ? AND k.aggregate_id = ? AND k.done_seq = ? THEN ? END WHERE ((k.aggregate_type = ? AND k.aggregate_id = ?)) FOR UPDATE SKIP LOCKED;
 COMMIT;
 BEGIN ISOLATION LEVEL READ COMMITTED;
 SELECT event_id, aggregate_type, aggregate_id, seq FROM `outbox_event` FORCE INDEX (PRIMARY) WHERE locked_by = ? AND status NOT IN (1, 3) AND event_id IN (?) FOR UPDATE;
