@@ -240,8 +240,10 @@ func New(cfg Config) (*Outbox, error) {
 		if cfg.Mode == WriterOnly {
 			writeStore = position.WriterOnlyStore(cfg.Store, o.posLog, ordering)
 		} else {
+			// The reader's reads are position delivery's claims: the
+			// poller's ClaimTimeout bounds them too.
 			if o.reader, err = position.New(position.Config{Log: o.posLog, Store: cfg.Store, DB: cfg.DB,
-				Ordering: ordering, Logger: cfg.Logger}); err != nil {
+				Ordering: ordering, Logger: cfg.Logger, CycleTimeout: cfg.Poller.ClaimTimeout}); err != nil {
 				return nil, err
 			}
 			writeStore = o.reader.Store()

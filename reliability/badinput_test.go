@@ -40,15 +40,14 @@ type badCase struct {
 // more, against a table holding a few events: each must get a clear error
 // (a sentinel to match, naming what was wrong) and change nothing. The
 // inputs the library accepts on purpose (exactly 1 MiB, a 10,000-event
-// WriteAll) are checked to succeed, atomically and byte-exact.
+// WriteAll) are checked to succeed, atomically and byte-exact. In position
+// delivery the Writer inserts STREAM rows with positions (a WriterOnly
+// Outbox's Writer), by another statement that must refuse the same inputs.
 func TestBadInput(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, testdb.Dialects, func(t *testing.T, tg testdb.Target) {
+	forEachDialectDelivery(t, testdb.Dialects, func(t *testing.T, tg testdb.Target, dv delivery) {
 		ctx := context.Background()
-		w, err := core.NewWriter(core.WriterConfig{Store: tg.Store})
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := deliveryWriter(t, dv, tg)
 		txm, err := txctx.New(tg.DB, txctx.Config{})
 		if err != nil {
 			t.Fatal(err)
@@ -319,15 +318,13 @@ func acceptedCases(t *testing.T, tg testdb.Target, writeAll func(context.Context
 // (an id already in the table) returns the error, and the caller, deciding
 // the failure is not fatal to its business transaction, commits. None of
 // the 9,999 other events may have been written: a failed WriteAll changes
-// nothing, whichever statement of it failed.
+// nothing, whichever statement of it failed; in position delivery, where
+// the events are STREAM rows, too.
 func TestFailedWriteAllChangesNothing(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, testdb.Dialects, func(t *testing.T, tg testdb.Target) {
+	forEachDialectDelivery(t, testdb.Dialects, func(t *testing.T, tg testdb.Target, dv delivery) {
 		ctx := context.Background()
-		w, err := core.NewWriter(core.WriterConfig{Store: tg.Store})
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := deliveryWriter(t, dv, tg)
 		existing := mustEnv(t, validSpec())
 		tx, err := tg.DB.BeginTx(ctx, nil)
 		if err != nil {
@@ -357,19 +354,35 @@ func TestFailedWriteAllChangesNothing(t *testing.T) {
 		if tableSnapshot(t, tg.DB, tg.Table) != before {
 			t.Errorf("the failed WriteAll left %d rows behind once the caller committed", after[core.StatusNew]-1)
 		}
+
+		// A batch that mixes the claim path (a delayed event) and, in
+		// position delivery, STREAM rows, failing on its last event.
+		delayed := validSpec()
+		delayed.NotBefore = time.Now().Add(time.Hour)
+		tx, err = tg.DB.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, werr = w.WriteAllTx(ctx, tx, []core.Envelope{mustEnv(t, delayed), existing})
+		cerr = tx.Commit()
+		if !errors.Is(werr, core.ErrDuplicateEvent) {
+			t.Fatalf("mixed WriteAll error %v, want ErrDuplicateEvent", werr)
+		}
+		if tableSnapshot(t, tg.DB, tg.Table) != before {
+			t.Errorf("the failed mixed WriteAll left rows behind once the caller committed (commit: %v): %v",
+				cerr, testnode.StatusCounts(t, tg.DB, tg.Table))
+		}
 	})
 }
 
 // TestEventIDsDifferingInTrailingSpaces: "x" and "x " are two different
-// event ids (NewEnvelope accepts both); writing both must keep two events.
+// event ids (NewEnvelope accepts both); writing both must keep two events,
+// in either delivery.
 func TestEventIDsDifferingInTrailingSpaces(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, testdb.Dialects, func(t *testing.T, tg testdb.Target) {
+	forEachDialectDelivery(t, testdb.Dialects, func(t *testing.T, tg testdb.Target, dv delivery) {
 		ctx := context.Background()
-		w, err := core.NewWriter(core.WriterConfig{Store: tg.Store})
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := deliveryWriter(t, dv, tg)
 		txm, err := txctx.New(tg.DB, txctx.Config{})
 		if err != nil {
 			t.Fatal(err)

@@ -178,13 +178,24 @@ type crashRun struct {
 	lease        time.Duration
 	work         time.Duration // listener time per event
 	coldQueue    int           // small enough that no event waits in it for a lease
+	position     bool          // outbox.DeliveryPosition
+	delivery     string        // "claim" or "position", for the logs
+}
+
+// flags returns the chaosnode flags of the run's delivery.
+func (r *crashRun) flags() []string {
+	if r.position {
+		return []string{"-position"}
+	}
+	return nil
 }
 
 func (r *crashRun) startWorker(t *testing.T, n int) *proc {
 	t.Helper()
-	p := startProc(t, fmt.Sprintf("worker-%d", n), "-role", "worker", "-dialect", r.dialect, "-dsn", r.dsn,
+	args := append([]string{"-role", "worker", "-dialect", r.dialect, "-dsn", r.dsn,
 		"-table", r.outbox, "-deliveries", r.deliveries.Table(), "-workers", fmt.Sprint(r.workersPer),
-		"-lease", r.lease.String(), "-interval", "100ms", "-cold", fmt.Sprint(r.coldQueue), "-work", r.work.String(), "-v")
+		"-lease", r.lease.String(), "-interval", "100ms", "-cold", fmt.Sprint(r.coldQueue), "-work", r.work.String(), "-v"}, r.flags()...)
+	p := startProc(t, fmt.Sprintf("worker-%d", n), args...)
 	ready := p.line(t, "ready ", time.Minute)
 	p.owner = strings.TrimPrefix(ready, "ready ")
 	return p
@@ -199,50 +210,71 @@ func (r *crashRun) startWorker(t *testing.T, n int) *proc {
 // the kill. The test logs, per kill, the duplicates it caused and the
 // recovery time: from the kill until every event the killed process held was
 // delivered by another.
+//
+// In position delivery (TestCrash/<database>/position) the workers are
+// outbox.Outbox instances with SingleActive, one of which reads the position
+// and delivers, and the writer writes STREAM rows; the supervisor kills the
+// worker that delivered last (the active one, mostly), which holds no
+// leases: its events in flight, and those it delivered since it last saved
+// its position, are delivered again by the next active worker, and
+// chaos.Classify attributes those duplicates to the kill as in the claim
+// path. SQLite has no relay lock: one worker (SingleNode) is killed and
+// restarted, and reads on from its saved position. The recovery logged is
+// from the kill until another process delivered again.
 func TestCrash(t *testing.T) {
 	t.Parallel()
 	for _, dialect := range []string{"postgres", "mysql", "sqlite"} {
 		t.Run(dialect, func(t *testing.T) {
 			t.Parallel()
-			// The listener works 15 ms per event, so the twelve workers are
-			// busy about a third of the time and a kill finds events in flight.
-			// The lease is set, not left to the default, so that the recovery
-			// time measured is the lease timeout's and stays comparable when
-			// the default changes.
-			r := &crashRun{dialect: dialect, workersPer: 4, lease: 5 * time.Second, work: 15 * time.Millisecond, coldQueue: 100}
-			events, rate := cfg.crashEvents, cfg.crashRate
-			switch dialect {
-			case "sqlite":
-				// Four processes share one file and its single writer lock.
-				// Each process has one connection and they share one write
-				// lock: a few hundred events a second in all, so a short
-				// cold queue keeps queued events well within their lease.
-				events, rate, r.work, r.coldQueue = events/3, rate/3, 2*time.Millisecond, 20
-				r.dsn = filepath.Join(t.TempDir(), "crash.db")
-				db, err := chaos.Open("sqlite", r.dsn)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = db.Close() })
-				st, err := chaos.NewStore("sqlite", testdb.UniqueName("crash"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := st.CreateSchema(context.Background(), db); err != nil {
-					t.Fatal(err)
-				}
-				r.db, r.outbox = db, st.Table()
-			default:
-				tg := testdb.Open(t, dialect)
-				env := testdb.PostgresEnv
-				if dialect == "mysql" {
-					env = testdb.MySQLEnv
-				}
-				r.dsn, r.db, r.outbox = os.Getenv(env), tg.DB, tg.Table
+			for _, dv := range deliveries {
+				t.Run(dv.name, func(t *testing.T) {
+					t.Parallel()
+					testCrash(t, dialect, dv)
+				})
 			}
-			runCrash(t, r, events, rate)
 		})
 	}
+}
+
+func testCrash(t *testing.T, dialect string, dv delivery) {
+	// The listener works 15 ms per event, so the twelve workers are
+	// busy about a third of the time and a kill finds events in flight.
+	// The lease is set, not left to the default, so that the recovery
+	// time measured is the lease timeout's and stays comparable when
+	// the default changes.
+	r := &crashRun{dialect: dialect, workersPer: 4, lease: 5 * time.Second, work: 15 * time.Millisecond, coldQueue: 100,
+		position: dv.position, delivery: dv.name}
+	events, rate := cfg.crashEvents, cfg.crashRate
+	switch dialect {
+	case "sqlite":
+		// Four processes share one file and its single writer lock.
+		// Each process has one connection and they share one write
+		// lock: a few hundred events a second in all, so a short
+		// cold queue keeps queued events well within their lease.
+		events, rate, r.work, r.coldQueue = events/3, rate/3, 2*time.Millisecond, 20
+		r.dsn = filepath.Join(t.TempDir(), "crash.db")
+		db, err := chaos.Open("sqlite", r.dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		st, err := chaos.NewStore("sqlite", testdb.UniqueName("crash"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.CreateSchema(context.Background(), db); err != nil {
+			t.Fatal(err)
+		}
+		r.db, r.outbox = db, st.Table()
+	default:
+		tg := testdb.Open(t, dialect)
+		env := testdb.PostgresEnv
+		if dialect == "mysql" {
+			env = testdb.MySQLEnv
+		}
+		r.dsn, r.db, r.outbox = os.Getenv(env), tg.DB, tg.Table
+	}
+	runCrash(t, r, events, rate)
 }
 
 func runCrash(t *testing.T, r *crashRun, events int, rate float64) {
@@ -265,13 +297,16 @@ func runCrash(t *testing.T, r *crashRun, events int, rate float64) {
 
 	start := time.Now()
 	workers := make([]*proc, 3)
+	if r.position && r.dialect == "sqlite" {
+		workers = workers[:1] // SingleNode: one reader of the position
+	}
 	var all []*proc // every worker process, killed or not
 	for i := range workers {
 		workers[i] = r.startWorker(t, len(all))
 		all = append(all, workers[i])
 	}
-	writer := startProc(t, "writer", "-role", "writer", "-dialect", r.dialect, "-dsn", r.dsn, "-table", r.outbox,
-		"-events", fmt.Sprint(events), "-rate", fmt.Sprint(rate), "-concurrency", "4", "-per-tx", "5")
+	writer := startProc(t, "writer", append([]string{"-role", "writer", "-dialect", r.dialect, "-dsn", r.dsn, "-table", r.outbox,
+		"-events", fmt.Sprint(events), "-rate", fmt.Sprint(rate), "-concurrency", "4", "-per-tx", "5"}, r.flags()...)...)
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	jitter := func() time.Duration {
@@ -287,6 +322,18 @@ func runCrash(t *testing.T, r *crashRun, events int, rate float64) {
 			writerExited = nil // a nil channel never fires again
 		case <-timer.C:
 			i := rng.IntN(len(workers))
+			if r.position {
+				// The worker delivering now: the active one.
+				last, err := r.deliveries.LastDeliverer(ctx, r.db)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for j, w := range workers {
+					if w.owner == last {
+						i = j
+					}
+				}
+			}
 			victim := workers[i]
 			// Kill while the victim holds events (for up to a second), so
 			// that kills test recovery rather than land between polls.
@@ -296,8 +343,8 @@ func runCrash(t *testing.T, r *crashRun, events int, rate float64) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(held) > 0 {
-					break
+				if len(held) > 0 || r.position {
+					break // position delivery leases only the retries
 				}
 				time.Sleep(5 * time.Millisecond) // polling a database condition, which cannot signal
 			}
@@ -337,9 +384,17 @@ func runCrash(t *testing.T, r *crashRun, events int, rate float64) {
 	}
 	writeTime := time.Since(start)
 
-	waitUntil(t, 3*time.Minute, 200*time.Millisecond, fmt.Sprintf("%d DONE rows", events), func() (bool, error) {
+	done := core.StatusDone
+	if r.position {
+		done = core.StatusStream // delivered STREAM rows stay STREAM
+	}
+	waitUntil(t, 3*time.Minute, 200*time.Millisecond, fmt.Sprintf("%d events delivered", events), func() (bool, error) {
+		if r.position {
+			lost, err := r.deliveries.Lost(ctx, r.db, r.outbox)
+			return err == nil && lost == 0, err
+		}
 		c, err := chaos.StatusCounts(ctx, r.db, r.outbox)
-		return err == nil && c[core.StatusDone] == events, err
+		return err == nil && c[done] == events, err
 	})
 	total := time.Since(start)
 	for _, w := range workers {
@@ -397,16 +452,33 @@ func runCrash(t *testing.T, r *crashRun, events int, rate float64) {
 		t.Logf("kill %d at +%s: held %d (%d settled by its last write-backs, %d held again at a later kill), %d duplicates, %s", i+1,
 			k.At.Sub(start).Round(time.Millisecond), len(k.Held), len(k.Settled), len(k.Rekilled), k.Duplicates, recovery)
 	}
-	t.Logf("crash %s (%s): %d events in %s (written in %s), %d kills, %d events held by the killed workers (%d settled by their last write-backs), "+
+	t.Logf("crash %s %s (%s): %d events in %s (written in %s), %d kills, %d events held by the killed workers (%d settled by their last write-backs), "+
 		"%d lost, %d duplicated events (%d extra deliveries: %d in flight at a kill, %d unexplained; %.1f per kill), "+
 		"recovery after a kill p50 %s max %s (lease %s), write-backs fenced %d, failed %d, writer retries %d (ambiguous commits %d)",
-		r.dialect, cfg.name, events, total.Round(100*time.Millisecond), writeTime.Round(100*time.Millisecond),
+		r.dialect, r.delivery, cfg.name, events, total.Round(100*time.Millisecond), writeTime.Round(100*time.Millisecond),
 		len(kills), heldAtKills, settled, lost, sum.Duplicated, sum.Extra(), cl.Explained, len(cl.Unexplained),
 		float64(cl.Explained)/float64(max(len(kills), 1)), ms(percentile(recoveries, 50)), ms(percentile(recoveries, 100)),
 		r.lease, fenced, failed, retries, ambiguous)
 
-	if counts[core.StatusDone] != events || len(counts) != 1 {
-		t.Errorf("rows by status %v, want %d DONE and nothing else", counts, events)
+	if r.position {
+		// No leases to recover: how long until another process delivered.
+		var resumed []time.Duration
+		for _, k := range kills {
+			var first time.Time
+			for _, d := range ds {
+				if d.Owner != k.Owner && !d.Started.Before(k.At) && (first.IsZero() || d.Started.Before(first)) {
+					first = d.Started
+				}
+			}
+			if !first.IsZero() {
+				resumed = append(resumed, first.Sub(k.At))
+			}
+		}
+		t.Logf("crash %s position: delivery resumed after a kill p50 %s max %s", r.dialect,
+			ms(percentile(resumed, 50)), ms(percentile(resumed, 100)))
+	}
+	if counts[done] != events || len(counts) != 1 {
+		t.Errorf("rows by status %v, want %d %v and nothing else", counts, events, done)
 	}
 	if lost != 0 || sum.Events != events || strays != 0 {
 		t.Errorf("%d events lost, %d delivered of %d, %d stray deliveries", lost, sum.Events, events, strays)

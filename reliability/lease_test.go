@@ -25,6 +25,11 @@ import (
 // with success and half with an error. A's write-backs must be fenced off:
 // the rows keep B's outcome (DONE, no attempt charged, B's done_at). Every
 // such event is delivered twice; the test reports it.
+//
+// Claim path only: it is about leases, and position delivery gives STREAM
+// events none (the reader hands them over under its own owner, written on
+// no row); its retries are RETRY rows that this claim path serves, leases
+// and all, so the test covers them as it is.
 func TestLeaseExpirySlowListener(t *testing.T) {
 	t.Parallel()
 	forEachDialect(t, testdb.Dialects, func(t *testing.T, tg testdb.Target) {
@@ -114,6 +119,11 @@ func TestLeaseExpirySlowListener(t *testing.T) {
 // the dispatcher knows they are in flight and takes no second copy, and a
 // claim made before an outcome landed but handed over after it is refused
 // as stale: each event is delivered once.
+//
+// Claim path only: it is about leases, and position delivery gives STREAM
+// events none (the reader hands them over under its own owner, written on
+// no row); its retries are RETRY rows that this claim path serves, leases
+// and all, so the test covers them as it is.
 func TestLeaseExpirySameInstance(t *testing.T) {
 	t.Parallel()
 	forEachDialect(t, testdb.Dialects, func(t *testing.T, tg testdb.Target) {
@@ -319,6 +329,11 @@ func markDoneBatch(ctx context.Context, st core.Store, db core.DBTX, owner strin
 // dispatcher's owner is held. The store below holds MarkDone until such a
 // Release (or 2 s): under load the writer hook's release of an event this
 // dispatcher's poller had already claimed did the same (bug 8).
+//
+// Claim path only: it is about leases, and position delivery gives STREAM
+// events none (the reader hands them over under its own owner, written on
+// no row); its retries are RETRY rows that this claim path serves, leases
+// and all, so the test covers them as it is.
 func TestReclaimWhileFinishing(t *testing.T) {
 	t.Parallel()
 	forEachDialect(t, testdb.Dialects, func(t *testing.T, tg testdb.Target) {

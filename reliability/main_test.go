@@ -236,13 +236,21 @@ func ms(d time.Duration) string {
 	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + "ms"
 }
 
+// suiteInterval is the poll interval of the suite's in-process instances.
+const suiteInterval = 100 * time.Millisecond
+
+// suiteRetry is the retry policy of the suite's in-process instances.
+func suiteRetry() core.RetryPolicy {
+	return &core.ExponentialBackoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond}
+}
+
 // startNode starts an in-process outbox instance on st and db, with the
 // suite's backoff and poll interval, and metrics from the poller too.
 func startNode(t *testing.T, st core.Store, db *sql.DB, reg *core.Registry, o testnode.Options) *testnode.Node {
 	t.Helper()
 	return testnode.Start(t, st, db, reg, testnode.Defaults{
-		Retry:         &core.ExponentialBackoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond},
-		Interval:      100 * time.Millisecond,
+		Retry:         suiteRetry(),
+		Interval:      suiteInterval,
 		PollerMetrics: true,
 	}, o)
 }

@@ -53,27 +53,30 @@ type poisonResult struct {
 // TestPoison: 1% of events always fail, 1% panic and 1% hang past the
 // listener timeout. Every healthy event is delivered once, at a latency
 // close to the run without poison (no head-of-line blocking), and every
-// poison event ends DEAD after exactly MaxAttempts deliveries.
+// poison event ends DEAD after exactly MaxAttempts deliveries. In position
+// delivery a poison event's first failure moves its row from STREAM to
+// RETRY (the reader reads on past it), and the claim path makes the other
+// attempts; the healthy rows stay STREAM.
 func TestPoison(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, testdb.Dialects, func(t *testing.T, tg testdb.Target) {
+	forEachDialectDelivery(t, testdb.Dialects, func(t *testing.T, tg testdb.Target, dv delivery) {
 		rate := cfg.poisonRate
 		if tg.Name == "sqlite" {
 			rate /= 2 // one connection for writes and deliveries
 		}
-		clean := runPoison(t, tg, cfg.poisonEvents, rate, false)
+		clean := runPoison(t, tg, dv, cfg.poisonEvents, rate, false)
 		// A fresh table for the second run, so that its counts are its own.
-		poisoned := runPoison(t, testdb.Open(t, tg.Name), cfg.poisonEvents, rate, true)
-		t.Logf("poison %s (%s): %d events at %.0f/s; healthy first-delivery latency without poison p50 %s p99 %s max %s; "+
+		poisoned := runPoison(t, testdb.Open(t, tg.Name), dv, cfg.poisonEvents, rate, true)
+		t.Logf("poison %s %s (%s): %d events at %.0f/s; healthy first-delivery latency without poison p50 %s p99 %s max %s; "+
 			"with %d poison events (fail/panic/hang, MaxAttempts %d, listener timeout %s) p50 %s p99 %s max %s; "+
 			"every poison event DEAD after exactly %d attempts; healthy events delivered twice: %d/%d",
-			tg.Name, cfg.name, cfg.poisonEvents, rate, ms(clean.p50), ms(clean.p99), ms(clean.maxLat),
+			tg.Name, dv.name, cfg.name, cfg.poisonEvents, rate, ms(clean.p50), ms(clean.p99), ms(clean.maxLat),
 			poisoned.poison, poisonMaxAttempts, poisonListenerTimeout, ms(poisoned.p50), ms(poisoned.p99), ms(poisoned.maxLat),
 			poisonMaxAttempts, clean.dupEvents, poisoned.dupEvents)
 	})
 }
 
-func runPoison(t *testing.T, tg testdb.Target, count int, rate float64, withPoison bool) poisonResult {
+func runPoison(t *testing.T, tg testdb.Target, dv delivery, count int, rate float64, withPoison bool) poisonResult {
 	t.Helper()
 	kindOf := func(i int) string {
 		if !withPoison {
@@ -111,7 +114,7 @@ func runPoison(t *testing.T, tg testdb.Target, count int, rate float64, withPois
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := startNode(t, tg.Store, tg.DB, reg, testnode.Options{Dispatch: func(c *dispatch.Config) {
+	n := startDeliveryNode(t, dv, tg.Store, tg.DB, reg, testnode.Options{Dispatch: func(c *dispatch.Config) {
 		c.Workers = 8
 		c.MaxAttempts = poisonMaxAttempts
 		c.ListenerTimeout = poisonListenerTimeout
@@ -166,8 +169,8 @@ func runPoison(t *testing.T, tg testdb.Target, count int, rate float64, withPois
 	n.Close(t) // every outcome is written when Close returns
 	res := poisonResult{healthy: len(healthyIDs), poison: len(poisonIDs), elapsed: time.Since(start)}
 
-	if c := testnode.StatusCounts(t, tg.DB, tg.Table); c[core.StatusDone] != len(healthyIDs) || c[core.StatusDead] != len(poisonIDs) {
-		t.Errorf("rows by status %v, want %d DONE and %d DEAD", c, len(healthyIDs), len(poisonIDs))
+	if c := testnode.StatusCounts(t, tg.DB, tg.Table); c[dv.delivered()] != len(healthyIDs) || c[core.StatusDead] != len(poisonIDs) {
+		t.Errorf("rows by status %v, want %d %v and %d DEAD", c, len(healthyIDs), dv.delivered(), len(poisonIDs))
 	}
 	for i, id := range ids {
 		k := kindOf(i)

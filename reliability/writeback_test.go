@@ -22,6 +22,11 @@ import (
 // listener takes three leases to return, and the dispatchers renew the
 // leases of everything they hold (queued events too). Neither poller ever
 // finds an expired lease, so no event is delivered twice.
+//
+// Claim path only: it is about leases, and position delivery gives STREAM
+// events none (the reader hands them over under its own owner, written on
+// no row); its retries are RETRY rows that this claim path serves, leases
+// and all, so the test covers them as it is.
 func TestLeaseRenewalSlowListener(t *testing.T) {
 	t.Parallel()
 	forEachDialect(t, testdb.Dialects, func(t *testing.T, tg testdb.Target) {
@@ -86,6 +91,14 @@ func TestLeaseRenewalSlowListener(t *testing.T) {
 // without it, for a third of the lease. Either way each listener runs
 // exactly as often as its outcome requires (once; twice for the event
 // failing once), and each row ends in its outcome's state.
+//
+// Claim path only: its failures are injected by wrapping the store, and a
+// wrapped store's write-backs are the claim path's (DONE batches, MarkRetry,
+// MarkDead, renewal). In position delivery a delivered event writes nothing,
+// and its RETRY or DEAD goes through the table's position log, which no
+// store wrapper sees; TestOutage and TestOutageLongerThanLease fail those
+// writes in position delivery instead (one event in twenty fails once, and
+// its RETRY is written while connections are cut).
 func TestWriteBackFailures(t *testing.T) {
 	t.Parallel()
 	const lease = time.Second
@@ -193,6 +206,11 @@ func testWriteBackFailures(t *testing.T, tg testdb.Target, lease time.Duration, 
 // takes its lease (an operator, or a claimer whose clock ran ahead). The next
 // renewal finds the lease lost: the listener's context is cancelled, and the
 // dispatcher writes no outcome, so the row stays as the other owner left it.
+//
+// Claim path only: it is about leases, and position delivery gives STREAM
+// events none (the reader hands them over under its own owner, written on
+// no row); its retries are RETRY rows that this claim path serves, leases
+// and all, so the test covers them as it is.
 func TestLeaseLostMidDelivery(t *testing.T) {
 	t.Parallel()
 	forEachDialect(t, testdb.Dialects, func(t *testing.T, tg testdb.Target) {

@@ -14,7 +14,10 @@
 // alternately with -workers 256 (the tuned figures) to compare.
 //
 // The raw loop publishes the very messages the publisher would send for the
-// same events (-raw-bare: payload and dedupe id only). A second row runs the
+// same events (-raw-bare: payload and dedupe id only). The outbox drains run
+// in each delivery of -delivery (default both: outbox.DeliveryClaim, and
+// outbox.DeliveryPosition, whose backlog is STREAM rows read by position),
+// in turn within every round, each beside the same raw loop. A second row runs the
 // publisher alone, without an outbox: as many goroutines as -workers call
 // its Handle, which separates the publisher's cost from the outbox's. Beside the rates, the
 // bench reports the CPU time per message of its own process and of the
@@ -66,10 +69,14 @@ var (
 	flagWindow  = flag.Int("window", 4096, "the raw loop's publishes awaiting their ack")
 	flagRounds  = flag.Int("rounds", 2, "raw and outbox runs, alternated")
 	flagBatch   = flag.Int("poll-batch", 500, "poller batch size")
-	flagProfile = flag.String("cpuprofile", "", "write a CPU profile of the outbox drains to this file, and of the no-op drains to this file with .noop appended")
-	flagRawBare = flag.Bool("raw-bare", false, "raw loop: publish bare messages (payload and dedupe id only) instead of the publisher's own messages")
-	flagNATSPID = flag.Int("nats-pid", 0, "pid of the nats-server whose CPU time to report; 0 finds the only process named nats-server, -1 reports none")
-	flagAMQPPID = flag.Int("rabbitmq-pid", 0, "pid of the RabbitMQ server (beam.smp) whose CPU time to report; 0 finds the only one, -1 reports none")
+	flagProfile = flag.String("cpuprofile", "", "write a CPU profile of the outbox drains to this file, and of the no-op drains to this file with .noop appended "+
+		"(position delivery's: .position and .position.noop)")
+	flagRawBare  = flag.Bool("raw-bare", false, "raw loop: publish bare messages (payload and dedupe id only) instead of the publisher's own messages")
+	flagNATSPID  = flag.Int("nats-pid", 0, "pid of the nats-server whose CPU time to report; 0 finds the only process named nats-server, -1 reports none")
+	flagAMQPPID  = flag.Int("rabbitmq-pid", 0, "pid of the RabbitMQ server (beam.smp) whose CPU time to report; 0 finds the only one, -1 reports none")
+	flagDelivery = flag.String("delivery", "claim,position", "the outbox drains to run, each beside the raw loop in every round: "+
+		"claim (outbox.DeliveryClaim: claims and DONE writes) and position (outbox.DeliveryPosition: the backlog written as STREAM rows "+
+		"and read by position, no write per delivered event), comma-separated")
 	flagDefault = flag.Bool("defaults", false, "run the outbox at the library's defaults, as a user who sets nothing: no Workers, queue "+
 		"sizes or poller settings (-workers and -poll-batch are ignored); the publisher's InFlight sizes the workers")
 )
@@ -123,8 +130,8 @@ func main() {
 	if *flagDefault {
 		settings = "the library's defaults (workers from the publisher's InFlight, poller and queues at their defaults)"
 	}
-	fmt.Printf("outbox to broker: %d events, %s, %s outbox, raw loop of %s, GOMAXPROCS %d, %d CPUs, load average %s, %s\n\n",
-		*flagN, settings, *flagDB, raw, runtime.GOMAXPROCS(0), runtime.NumCPU(), procstat.LoadAvg(), time.Now().UTC().Format(time.RFC3339))
+	fmt.Printf("outbox to broker: %d events, %s, %s outbox (delivery %s), raw loop of %s, GOMAXPROCS %d, %d CPUs, load average %s, %s\n\n",
+		*flagN, settings, *flagDB, *flagDelivery, raw, runtime.GOMAXPROCS(0), runtime.NumCPU(), procstat.LoadAvg(), time.Now().UTC().Format(time.RFC3339))
 	fmt.Println("| broker | run | msgs/s | ratio | per round | commit-to-ack p50 ms | p99 ms | max ms | CPU µs/msg bench / server (/ PostgreSQL backends) | claims (events each) |")
 	fmt.Println("|---|---|---:|---:|---|---:|---:|---:|---|---|")
 	failed := false
@@ -168,14 +175,53 @@ func open(ctx context.Context, name string) (target, error) {
 	return nil, fmt.Errorf("%w: unknown broker %q", errBadFlag, name)
 }
 
+// deliveries returns the deliveries of -delivery, or an error naming a bad
+// one.
+func deliveries() ([]outbox.Delivery, error) {
+	var ds []outbox.Delivery
+	for name := range strings.SplitSeq(*flagDelivery, ",") {
+		switch name {
+		case "claim":
+			ds = append(ds, outbox.DeliveryClaim)
+		case "position":
+			ds = append(ds, outbox.DeliveryPosition)
+		default:
+			return nil, fmt.Errorf("%w: unknown -delivery %q", errBadFlag, name)
+		}
+	}
+	return ds, nil
+}
+
+// deliveryName is the name a row gives d.
+func deliveryName(d outbox.Delivery) string {
+	if d == outbox.DeliveryPosition {
+		return "position"
+	}
+	return "claim"
+}
+
+// drains sums the outbox runs of one delivery over the rounds: the drains
+// into the broker and the no-op drains.
+type drains struct {
+	obRates, noopRates      []float64
+	obTotal, noopTotal      time.Duration
+	obCPU, noopCPU          cpuUse
+	obClaims, obClaimed     int64
+	noopClaims, noopClaimed int64
+	lat                     []time.Duration
+}
+
 // measure prints tg's rows of the table, and returns a note on the CPU
 // they cost.
 func measure(ctx context.Context, tg target, payload []byte) (string, error) {
-	var rawRates, pubRates, obRates, noopRates []float64
-	var rawTotal, pubTotal, obTotal, noopTotal time.Duration
-	var rawCPU, pubCPU, obCPU, noopCPU cpuUse
-	var obClaims, obClaimed, noopClaims, noopClaimed int64
-	var lat []time.Duration
+	ds, err := deliveries()
+	if err != nil {
+		return "", err
+	}
+	var rawRates, pubRates []float64
+	var rawTotal, pubTotal time.Duration
+	var rawCPU, pubCPU cpuUse
+	runs := make([]drains, len(ds))
 	meter := cpuMeter{pid: tg.ServerPID()}
 	for round := range *flagRounds {
 		// New events each round: JetStream would drop messages whose
@@ -222,47 +268,70 @@ func measure(ctx context.Context, tg target, payload []byte) (string, error) {
 			return "", fmt.Errorf("publisher alone: broker holds %d messages, want %d (%v)", n, *flagN, err)
 		}
 
-		if err := tg.Reset(ctx); err != nil {
-			return "", err
+		// The deliveries in turn, the first one first in odd rounds and
+		// last in even ones, so that neither always runs on a broker
+		// that has just taken the other's messages.
+		order := make([]int, len(ds))
+		for i := range order {
+			order[i] = i
+			if round%2 == 1 {
+				order[i] = len(ds) - 1 - i
+			}
 		}
-		r, err := outboxRun(ctx, tg, meter, payload, round == 0, false)
-		if err != nil {
-			return "", fmt.Errorf("outbox run: %w", err)
-		}
-		obTotal += r.drain
-		obCPU = obCPU.add(r.cpu)
-		obClaims, obClaimed = obClaims+r.claims, obClaimed+r.claimed
-		obRates = append(obRates, float64(*flagN)/r.drain.Seconds())
-		lat = append(lat, r.lat...)
-		if n, err := tg.Count(ctx); err != nil || n < *flagN {
-			return "", fmt.Errorf("outbox run: broker holds %d messages, want %d (%v)", n, *flagN, err)
-		}
+		for _, i := range order {
+			dv, acc := ds[i], &runs[i]
+			if err := tg.Reset(ctx); err != nil {
+				return "", err
+			}
+			r, err := outboxRun(ctx, tg, meter, payload, dv, round == 0, false)
+			if err != nil {
+				return "", fmt.Errorf("outbox run (%s): %w", deliveryName(dv), err)
+			}
+			acc.obTotal += r.drain
+			acc.obCPU = acc.obCPU.add(r.cpu)
+			acc.obClaims, acc.obClaimed = acc.obClaims+r.claims, acc.obClaimed+r.claimed
+			acc.obRates = append(acc.obRates, float64(*flagN)/r.drain.Seconds())
+			acc.lat = append(acc.lat, r.lat...)
+			if n, err := tg.Count(ctx); err != nil || n < *flagN {
+				return "", fmt.Errorf("outbox run (%s): broker holds %d messages, want %d (%v)", deliveryName(dv), n, *flagN, err)
+			}
 
-		// The same drain with a listener that publishes nothing: the
-		// outbox's own ceiling on this database, which bounds the ratio.
-		r, err = outboxRun(ctx, tg, meter, payload, false, true)
-		if err != nil {
-			return "", fmt.Errorf("outbox run, no-op listener: %w", err)
+			// The same drain with a listener that publishes nothing: the
+			// outbox's own ceiling on this database, which bounds the
+			// ratio.
+			r, err = outboxRun(ctx, tg, meter, payload, dv, false, true)
+			if err != nil {
+				return "", fmt.Errorf("outbox run (%s), no-op listener: %w", deliveryName(dv), err)
+			}
+			acc.noopTotal += r.drain
+			acc.noopCPU = acc.noopCPU.add(r.cpu)
+			acc.noopClaims, acc.noopClaimed = acc.noopClaims+r.claims, acc.noopClaimed+r.claimed
+			acc.noopRates = append(acc.noopRates, float64(*flagN)/r.drain.Seconds())
 		}
-		noopTotal += r.drain
-		noopCPU = noopCPU.add(r.cpu)
-		noopClaims, noopClaimed = noopClaims+r.claims, noopClaimed+r.claimed
-		noopRates = append(noopRates, float64(*flagN)/r.drain.Seconds())
 	}
 	total := *flagN * *flagRounds
 	raw := float64(total) / rawTotal.Seconds()
-	ob := float64(total) / obTotal.Seconds()
 	fmt.Printf("| %s | raw async publish | %.0f | 1.00 | %s | | | | %s | |\n", tg.Name(), raw, rates(rawRates), rawCPU.perMsg(total))
 	pub := float64(total) / pubTotal.Seconds()
 	fmt.Printf("| %s | publisher alone, %d concurrent calls, no outbox | %.0f | %.2f | %s | | | | %s | |\n", tg.Name(), workers(tg.Listener()), pub, pub/raw,
 		rates(pubRates), pubCPU.perMsg(total))
-	slices.Sort(lat)
-	fmt.Printf("| %s | outbox backlog drain | %.0f | %.2f | %s | %s | %s | %s | %s | %s |\n", tg.Name(), ob, ob/raw, rates(obRates),
-		ms(pct(lat, 50)), ms(pct(lat, 99)), ms(pct(lat, 100)), obCPU.perMsg(total), claimsPer(obClaims, obClaimed))
-	noop := float64(total) / noopTotal.Seconds()
-	fmt.Printf("| %s | outbox drain, no-op listener (ceiling) | %.0f | %.2f | %s | | | | %s | %s |\n", tg.Name(), noop, noop/raw, rates(noopRates),
-		noopCPU.perMsg(total), claimsPer(noopClaims, noopClaimed))
-	return cpuNote(tg.Name(), total, rawCPU, obCPU, noopCPU), nil
+	var notes []string
+	for i, dv := range ds {
+		acc := &runs[i]
+		name := deliveryName(dv)
+		ob := float64(total) / acc.obTotal.Seconds()
+		slices.Sort(acc.lat)
+		fmt.Printf("| %s | outbox backlog drain, %s | %.0f | %.2f | %s | %s | %s | %s | %s | %s |\n", tg.Name(), name, ob, ob/raw, rates(acc.obRates),
+			ms(pct(acc.lat, 50)), ms(pct(acc.lat, 99)), ms(pct(acc.lat, 100)), acc.obCPU.perMsg(total),
+			claimsPer(acc.obClaims, acc.obClaimed))
+		noop := float64(total) / acc.noopTotal.Seconds()
+		fmt.Printf("| %s | outbox drain, %s, no-op listener (ceiling) | %.0f | %.2f | %s | | | | %s | %s |\n", tg.Name(), name, noop, noop/raw, rates(acc.noopRates),
+			acc.noopCPU.perMsg(total), claimsPer(acc.noopClaims, acc.noopClaimed))
+		if n := cpuNote(tg.Name()+", "+name, total, rawCPU, acc.obCPU, acc.noopCPU); n != "" {
+			notes = append(notes, n)
+		}
+	}
+	return strings.Join(notes, "\n"), nil
 }
 
 // cpuNote compares the CPU time per message, bench and server together, of
@@ -361,7 +430,7 @@ type runResult struct {
 	lat             []time.Duration
 }
 
-func outboxRun(ctx context.Context, tg target, meter cpuMeter, payload []byte, live, noop bool) (runResult, error) {
+func outboxRun(ctx context.Context, tg target, meter cpuMeter, payload []byte, dv outbox.Delivery, live, noop bool) (runResult, error) {
 	db, st, cleanup, err := openOutbox(ctx)
 	if err != nil {
 		return runResult{}, err
@@ -372,10 +441,16 @@ func outboxRun(ctx context.Context, tg target, meter cpuMeter, payload []byte, l
 		// openOutbox): their CPU is the database's share of the drain.
 		meter.dbPIDs = func() []int { return backends(ctx, db) }
 	}
-	w, err := core.NewWriter(core.WriterConfig{Store: st})
+	// The backlog is written as the delivery writes it: pending rows for
+	// the claim path, STREAM rows with positions for position delivery
+	// (through a WriterOnly outbox, which writes them and delivers
+	// nothing).
+	wo, err := outbox.New(outbox.Config{DB: db, Store: st, Mode: outbox.WriterOnly, Delivery: dv})
 	if err != nil {
 		return runResult{}, err
 	}
+	defer wo.Close(context.WithoutCancel(ctx))
+	w := wo.Writer()
 	for done := 0; done < *flagN; {
 		batch := min(1000, *flagN-done)
 		envs := make([]core.Envelope, batch)
@@ -447,7 +522,7 @@ func outboxRun(ctx context.Context, tg target, meter cpuMeter, payload []byte, l
 		return runResult{}, err
 	}
 	counted := &claimCounter{Store: st}
-	cfg := outbox.Config{DB: db, Store: counted, Registry: reg,
+	cfg := outbox.Config{DB: db, Store: counted, Registry: reg, Delivery: dv,
 		Dispatch: dispatch.Config{Workers: *flagWorkers, ColdQueueSize: 4 * *flagBatch},
 		Poller:   poller.Config{BatchSize: *flagBatch, Interval: time.Second},
 	}
@@ -461,6 +536,9 @@ func outboxRun(ctx context.Context, tg target, meter cpuMeter, payload []byte, l
 	stopProfile := func() {}
 	if *flagProfile != "" {
 		name := *flagProfile
+		if dv == outbox.DeliveryPosition {
+			name += ".position"
+		}
 		if noop {
 			name += ".noop"
 		}

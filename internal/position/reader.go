@@ -46,6 +46,11 @@ type Config struct {
 	// HotMax bounds the positions the hot path holds at once; beyond it
 	// the reader delivers. Default 10,000.
 	HotMax int
+	// CycleTimeout bounds each cycle's statements (take over, read, save),
+	// so that a connection the network stopped carrying without closing it
+	// cannot hold the reader for ever, as Poller.ClaimTimeout bounds a
+	// claim. Default 30 s.
+	CycleTimeout time.Duration
 	// NoWatch: do not LISTEN for the table's wake-ups (core.WakeSource,
 	// PostgreSQL) on a dedicated connection; read every Interval only.
 	NoWatch bool
@@ -108,6 +113,9 @@ func New(cfg Config) (*Reader, error) {
 	}
 	if cfg.HotMax <= 0 {
 		cfg.HotMax = 10_000
+	}
+	if cfg.CycleTimeout <= 0 {
+		cfg.CycleTimeout = 30 * time.Second
 	}
 	if cfg.OrderedMax <= 0 {
 		cfg.OrderedMax = 10_000
@@ -233,7 +241,9 @@ func (r *Reader) run(ctx context.Context, stop <-chan struct{}) {
 				}
 			}
 		}
-		full, err := r.cycle(ctx)
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.CycleTimeout)
+		full, err := r.cycle(cctx)
+		cancel()
 		r.markCycled()
 		next := r.cfg.Interval
 		switch {

@@ -166,6 +166,15 @@ func (t *tracker) holds(id string) bool {
 	return ok
 }
 
+// isFailing reports whether id's RETRY or DEAD is being written by the
+// position (beginFail, not yet resolved).
+func (t *tracker) isFailing(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ok := t.failing[id]
+	return ok
+}
+
 // beginFail marks a held id failing, and reports whether it is held
 // (failing already or not): its RETRY or DEAD is the position's to write.
 func (t *tracker) beginFail(id string) bool {

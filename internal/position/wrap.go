@@ -2,7 +2,9 @@ package position
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
@@ -103,6 +105,24 @@ func (s *store) InsertOrdered(ctx context.Context, db core.DBTX, envs []core.Env
 			claimAt = append(claimAt, i)
 		}
 	}
+	if len(claim) > 0 && len(stream) > 0 {
+		// Two writes: all-or-nothing, so that a failure of the second (a
+		// duplicate id) leaves none of the first behind when the caller
+		// commits anyway.
+		var res core.InsertResult
+		err := allOrNothing(ctx, db, func(db core.DBTX) (err error) {
+			res, err = s.insertParts(ctx, db, envs, opts, stream, claim, claimAt)
+			return err
+		})
+		return res, err
+	}
+	return s.insertParts(ctx, db, envs, opts, stream, claim, claimAt)
+}
+
+// insertParts writes the claim path's events of envs (claim, at the
+// indexes claimAt) through inner, then the STREAM ones.
+func (s *store) insertParts(ctx context.Context, db core.DBTX, envs []core.Envelope, opts core.InsertOptions,
+	stream, claim []core.Envelope, claimAt []int) (core.InsertResult, error) {
 	var res core.InsertResult
 	if len(claim) > 0 {
 		var cres core.InsertResult
@@ -156,6 +176,40 @@ func (s *store) InsertOrdered(ctx context.Context, db core.DBTX, envs []core.Env
 		}
 	}
 	return res, nil
+}
+
+// allOrNothing runs write in a transaction of its own when db is a pool,
+// else under a savepoint of the caller's transaction, rolled back when write
+// fails.
+func allOrNothing(ctx context.Context, db core.DBTX, write func(core.DBTX) error) error {
+	if b, ok := db.(core.TxBeginner); ok {
+		tx, err := b.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("insert events: %w", err)
+		}
+		if err := write(tx); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return fmt.Errorf("insert events: %w", err)
+		}
+		return nil
+	}
+	const sp = "outbox_insert_parts"
+	if _, err := db.ExecContext(ctx, "SAVEPOINT "+sp); err != nil {
+		return fmt.Errorf("insert events: %w", err)
+	}
+	if err := write(db); err != nil {
+		if _, rerr := db.ExecContext(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT "+sp); rerr != nil {
+			return errors.Join(err, fmt.Errorf("roll back partial insert: %w", rerr))
+		}
+		return err
+	}
+	if _, err := db.ExecContext(ctx, "RELEASE SAVEPOINT "+sp); err != nil {
+		return fmt.Errorf("insert events: %w", err)
+	}
+	return nil
 }
 
 // Ordering implements core.OrderedStore.
@@ -349,7 +403,13 @@ func (s *store) RenewLeases(ctx context.Context, db core.DBTX, owner string, ids
 	if !ok {
 		return nil, fmt.Errorf("renew leases: %T cannot renew leases", s.Store)
 	}
-	return lr.RenewLeases(ctx, db, owner, rest, now)
+	lost, err := lr.RenewLeases(ctx, db, owner, rest, now)
+	// A failing event's row stays STREAM, with no lease, until its RETRY
+	// or DEAD lands: it is not lost. Reported lost, the dispatcher would
+	// drop the write it retries after a failure (a database outage), and
+	// the event, delivered once and failed, would wait for a restart.
+	// That write is fenced by status = 5 itself.
+	return slices.DeleteFunc(lost, s.r.t.isFailing), err
 }
 
 // Hook wraps the dispatcher's writer hook: after commit, it hands on the

@@ -121,7 +121,7 @@ func testOrderedInsert(t *testing.T, tg Target) {
 	}
 	wantState(t, tg, "c-1", core.StatusNew, 1, "")
 	wantState(t, tg, "c-2", core.StatusWaiting, 2, "")
-	st2, err := tg.Ordered.(core.Inspector).Stats(ctx(t), tg.DB)
+	st2, err := inspector(t, tg.Ordered).Stats(ctx(t), tg.DB)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +238,7 @@ func testDeadBlocks(t *testing.T, tg Target) {
 	if len(blocked) != 1 || blocked[0].AggregateID != "A" || blocked[0].EventID != "a-1" || blocked[0].Waiting != 2 || blocked[0].LastError != "poison" || blocked[0].Seq != 1 {
 		t.Fatalf("blocked keys: %+v", blocked)
 	}
-	stats, err := tg.Ordered.(core.Inspector).Stats(ctx(t), tg.DB)
+	stats, err := inspector(t, tg.Ordered).Stats(ctx(t), tg.DB)
 	if err != nil || stats.BlockedKeys != 1 || stats.Waiting != 2 {
 		t.Fatalf("stats: %+v %v; want 1 blocked key, 2 waiting", stats, err)
 	}
@@ -742,4 +742,15 @@ func testPurgeKeys(t *testing.T, tg Target) {
 	if w := writeOrdered(t, tg, st, "", env(t, "D-3", base, keyed("Order", "D"))); !slices.Equal(w, []string{"D-3"}) {
 		t.Fatalf("D-3 waiting = %v, want [D-3] (D-2 unfinished)", w)
 	}
+}
+
+// inspector returns st's core.Inspector, looking through wrappers (a store
+// that wraps another keeps its capabilities by Unwrap), or fails the test.
+func inspector(t testing.TB, st core.Store) core.Inspector {
+	t.Helper()
+	in, ok := core.StoreAs[core.Inspector](st)
+	if !ok {
+		t.Fatalf("%T does not implement core.Inspector", st)
+	}
+	return in
 }

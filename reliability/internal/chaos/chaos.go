@@ -183,6 +183,20 @@ func (d Deliveries) All(ctx context.Context, db core.DBTX) ([]Delivery, error) {
 	return out, nil
 }
 
+// LastDeliverer returns the owner of the delivery that finished last, ""
+// when there is none yet.
+func (d Deliveries) LastDeliverer(ctx context.Context, db core.DBTX) (string, error) {
+	var owner string
+	err := db.QueryRowContext(ctx, "SELECT owner FROM "+d.table+" ORDER BY finished_ns DESC LIMIT 1").Scan(&owner)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the last delivery: %w", err)
+	}
+	return owner, nil
+}
+
 // Summary is what the deliveries table says once a run is over.
 type Summary struct {
 	Events     int // distinct event ids delivered

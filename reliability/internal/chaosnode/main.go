@@ -6,6 +6,13 @@
 // The test builds it, starts three workers and one writer on one database,
 // and SIGKILLs workers while they run.
 //
+// With -position both roles use position delivery (outbox.DeliveryPosition):
+// a worker is an outbox.Outbox (MultiNode with SingleActive, so that one
+// worker at a time reads the position; SingleNode on SQLite, which has no
+// relay lock, where the test runs one worker), and the writer a WriterOnly
+// Outbox, whose events are STREAM rows. The claim path runs a Dispatcher
+// and a Poller wired by hand, as before.
+//
 // A worker started with -write also writes events, through a Writer wired
 // to its own dispatcher's hot path, as an application instance does: a kill
 // then takes down writers, their open transactions and the events their
@@ -39,6 +46,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/dispatch"
 	"github.com/outboxkit/outbox/poller"
@@ -73,6 +81,8 @@ type options struct {
 	counters string
 	// both: print every DONE batch write with its duration
 	timeDone bool
+	// both: outbox.DeliveryPosition
+	position bool
 
 	// writer
 	events, concurrency, perTx int
@@ -102,6 +112,7 @@ func main() {
 	flag.DurationVar(&o.skew, "skew", 0, "added to each event's OccurredAt, as a host with a wrong clock would (writer)")
 	flag.StringVar(&o.counters, "counters", "", "counters table: each transaction writes 1 to 3 events of one of -keys keys, numbered by the key's counter, which it locks (writer)")
 	flag.BoolVar(&o.timeDone, "time-done", false, "print each DONE batch write and its duration (worker)")
+	flag.BoolVar(&o.position, "position", false, "position delivery: an outbox.Outbox as worker, a WriterOnly one as writer (not with -ordered, -write or -time-done)")
 	flag.IntVar(&o.events, "events", 1000, "events to write (writer)")
 	flag.IntVar(&o.concurrency, "concurrency", 4, "concurrent writing goroutines (writer)")
 	flag.IntVar(&o.perTx, "per-tx", 5, "events per business transaction (writer)")
@@ -109,10 +120,16 @@ func main() {
 	flag.Parse()
 
 	var err error
-	switch o.role {
-	case "worker":
+	switch {
+	case o.position && (o.ordered || o.write || o.timeDone):
+		err = errors.New("-position does not go with -ordered, -write or -time-done")
+	case o.role == "worker" && o.position:
+		err = runPositionWorker(o)
+	case o.role == "worker":
 		err = runWorker(o)
-	case "writer":
+	case o.role == "writer" && o.position:
+		err = runPositionWriter(o)
+	case o.role == "writer":
 		err = runWriter(o)
 	default:
 		err = fmt.Errorf("-role must be worker or writer, not %q", o.role)
@@ -130,6 +147,9 @@ func open(o options) (*sql.DB, store.SchemaManager, error) {
 	}
 	if o.dialect != "sqlite" {
 		conns := o.workers + 3
+		if o.position {
+			conns += 2 // the relay lock's connection and the reader's LISTEN
+		}
 		if o.write {
 			conns += o.concurrency
 		}
@@ -391,4 +411,72 @@ func cmpErr(old, err error) error {
 		return old
 	}
 	return err
+}
+
+// runPositionWorker is runWorker in position delivery: an outbox.Outbox
+// with the same listener and settings.
+func runPositionWorker(o options) error {
+	db, st, err := open(o)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	deliveries, err := chaos.NewDeliveries(o.dialect, o.deliveries)
+	if err != nil {
+		return err
+	}
+	var (
+		owner     string // set before Start, which starts the listeners
+		delivered atomic.Int64
+	)
+	reg := core.NewRegistry()
+	record := chaos.RecordingListener(db, deliveries, func() string { return owner }, o.work, func() { delivered.Add(1) })
+	if err := reg.RegisterFunc(chaos.Aggregate, chaos.EventType, record); err != nil {
+		return err
+	}
+	logger := slog.New(slog.DiscardHandler)
+	if o.verbose {
+		zl := zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger()
+		logger = slog.New(zerolog.NewSlogHandler(zl))
+	}
+	cfg := outbox.Config{DB: db, Store: st, Registry: reg, Delivery: outbox.DeliveryPosition,
+		Mode: outbox.MultiNode, SingleActive: true,
+		Dispatch: dispatch.Config{Workers: o.workers, ColdQueueSize: o.coldQueue, MaxAttempts: o.maxAttempts,
+			Retry: chaos.Backoff(), LeaseTimeout: o.lease},
+		Poller: poller.Config{Interval: o.interval, BatchSize: o.batch},
+		Logger: logger,
+	}
+	if o.dialect == "sqlite" {
+		// No relay lock: one process reads the position.
+		cfg.Mode, cfg.SingleActive = outbox.SingleNode, false
+	}
+	ob, err := outbox.New(cfg)
+	if err != nil {
+		return err
+	}
+	owner = ob.Dispatcher().Owner()
+	ctx := context.Background()
+	if err := ob.Start(ctx); err != nil {
+		return err
+	}
+	fmt.Printf("ready %s\n", owner)
+	chaos.WaitForStop()
+	err = ob.Close(ctx)
+	fmt.Printf("stopped delivered=%d\n", delivered.Load())
+	return err
+}
+
+// runPositionWriter is runWriter in position delivery: the events are
+// written as STREAM rows by a WriterOnly Outbox.
+func runPositionWriter(o options) error {
+	db, st, err := open(o)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ob, err := outbox.New(outbox.Config{DB: db, Store: st, Mode: outbox.WriterOnly, Delivery: outbox.DeliveryPosition})
+	if err != nil {
+		return err
+	}
+	return errors.Join(write(o, db, ob.Writer(), nil), ob.Close(context.Background()))
 }

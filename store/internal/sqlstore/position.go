@@ -139,8 +139,54 @@ var _ position.Log = (*posLog)(nil)
 const streamInsertCols = "event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, " +
 	"status, attempts, available_at, created_at, pos"
 
-// InsertStream implements position.Log.
+// InsertStream implements position.Log. A write of more rows than one
+// statement takes is all-or-nothing, as InsertOrdered's, so that a failure
+// in a later statement (a duplicate id, say) leaves none of the batch
+// behind when the caller commits anyway, and the caller's transaction
+// usable (PostgreSQL's too, which a failed statement aborts): in a
+// transaction of its own when db is a pool, else under a savepoint. The
+// positions a rolled-back statement took are gaps, final once its
+// transaction has ended.
 func (l *posLog) InsertStream(ctx context.Context, db core.DBTX, envs []core.Envelope) ([]int64, error) {
+	s := l.s
+	maxRows := s.maxInsertRows()
+	if n := s.d.Position.RowsPerInsert; n > 0 {
+		maxRows = n
+	}
+	bytes := 0
+	for _, env := range envs {
+		bytes += env.PayloadLen()
+	}
+	if len(envs) <= maxRows && bytes <= maxInsertBytes {
+		return l.insertStream(ctx, db, envs) // one statement
+	}
+	var pos []int64
+	write := func(tx core.DBTX) (err error) {
+		pos, err = l.insertStream(ctx, tx, envs)
+		return err
+	}
+	if _, isPool := db.(core.TxBeginner); isPool {
+		return pos, inTxOpts(ctx, db, nil, write)
+	}
+	const sp = "outbox_insert_stream"
+	if _, err := db.ExecContext(ctx, "SAVEPOINT "+sp); err != nil {
+		return nil, s.wrap("insert events", err)
+	}
+	if err := write(db); err != nil {
+		if _, rerr := db.ExecContext(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT "+sp); rerr != nil {
+			return nil, errors.Join(err, s.wrap("roll back partial insert", rerr))
+		}
+		return nil, err
+	}
+	if _, err := db.ExecContext(ctx, "RELEASE SAVEPOINT "+sp); err != nil {
+		return nil, s.wrap("insert events", err)
+	}
+	return pos, nil
+}
+
+// insertStream writes envs as STREAM rows in as few statements as the
+// limits allow.
+func (l *posLog) insertStream(ctx context.Context, db core.DBTX, envs []core.Envelope) ([]int64, error) {
 	for _, env := range envs {
 		if err := env.Validate(); err != nil {
 			return nil, fmt.Errorf("insert event %s: %w", env.ID(), err)
