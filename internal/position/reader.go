@@ -343,11 +343,9 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 		if err != nil {
 			return false, err
 		}
-		seen := make([]int64, 0, len(rows))
 		var fetch []Range
 		for _, row := range rows {
-			seen = append(seen, row.Pos)
-			if r.t.seen(row.Pos, row.ID, false) != deliver {
+			if r.t.seenAfter(row.Pos, row.ID, tok) != deliver {
 				continue
 			}
 			if !light {
@@ -360,7 +358,6 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 				fetch = append(fetch, Range{Lo: row.Pos, Hi: row.Pos})
 			}
 		}
-		r.t.readTo(seen, tok)
 		full = len(rows) == n
 		r.waitsForRoom = full && n < r.cfg.BatchSize // the read was cut to the room left
 		if len(fetch) > 0 {
@@ -393,7 +390,7 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 			return false, err
 		}
 		for _, row := range rows {
-			if r.t.seen(row.Pos, row.ID, true) == deliver {
+			if r.t.seenInGap(row.Pos, row.ID) == deliver {
 				got = append(got, row)
 			}
 		}

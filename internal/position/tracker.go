@@ -280,24 +280,43 @@ const (
 	deliver               // hand it to the dispatcher
 )
 
-// seen records a row a read returned, from a gap (regap) or after the
-// cursor, and returns what to do with it.
-func (t *tracker) seen(pos int64, id string, fromGap bool) action {
+// seenAfter records a row that a read after the cursor returned with token
+// tok (rows in ascending position), and returns what to do with it. The
+// cursor moves past the row at once, the positions between the old cursor
+// and it that the read did not return becoming gaps: a hot event given back
+// or a rollback reported from now on finds the position passed, and has it
+// read again (dropHot).
+func (t *tracker) seenAfter(pos int64, id string, tok Token) action {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if fromGap {
-		if !t.removeGap(pos) {
-			return skip // resolved meanwhile (the hot path delivered it)
-		}
-	} else {
-		if pos <= t.cursor {
-			return skip
-		}
-		if _, ok := t.ahead[pos]; ok {
-			delete(t.ahead, pos)
-			return skip
-		}
+	if pos <= t.cursor {
+		return skip
 	}
+	if pos > t.cursor+1 {
+		t.addGap(t.cursor+1, pos-1, tok)
+	}
+	t.cursor = pos
+	if _, ok := t.ahead[pos]; ok {
+		delete(t.ahead, pos)
+		return skip
+	}
+	return t.take(pos, id)
+}
+
+// seenInGap records a row that the re-read of the gaps returned, and
+// returns what to do with it.
+func (t *tracker) seenInGap(pos int64, id string) action {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.removeGap(pos) {
+		return skip // resolved meanwhile (the hot path delivered it)
+	}
+	return t.take(pos, id)
+}
+
+// take puts a row read at pos in flight, unless the hot path or a delivery
+// holds it. Under mu.
+func (t *tracker) take(pos int64, id string) action {
 	if _, ok := t.hotPos[pos]; ok {
 		return skip // the hot path delivers it
 	}
@@ -306,29 +325,6 @@ func (t *tracker) seen(pos int64, id string, fromGap bool) action {
 	}
 	t.flight[id] = pos
 	return deliver
-}
-
-// readTo records the end of a read after the cursor that returned the
-// positions got (ascending, every one of them passed to seen) with token
-// tok: the positions between the old cursor and the last of got that the
-// read did not return become gaps, and the cursor moves to the last.
-func (t *tracker) readTo(got []int64, tok Token) {
-	if len(got) == 0 {
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	next := t.cursor + 1
-	for _, p := range got {
-		if p < next {
-			continue
-		}
-		if p > next {
-			t.addGap(next, p-1, tok)
-		}
-		next = p + 1
-	}
-	t.cursor = max(t.cursor, got[len(got)-1])
 }
 
 // addGap adds positions lo to hi, minus those the hot path resolved ahead
