@@ -208,9 +208,24 @@ func rowBody(env core.Envelope) (payload []byte, headers any, err error) {
 // only the values the row has, so that a write costs no statement building
 // and as few arguments as it needs.
 func (s *Store) insertOneRow(ctx context.Context, db core.DBTX, env core.Envelope, lockedBy, lockedAt any) error {
-	payload, headers, err := rowBody(env)
+	args, shape, err := s.oneRowArgs(env)
 	if err != nil {
 		return err
+	}
+	if lockedBy != nil {
+		shape |= oneRowLeased
+		args = append(args, lockedBy, lockedAt)
+	}
+	_, err = db.ExecContext(ctx, s.insertOne[shape], args...)
+	return s.wrap("insert events", err)
+}
+
+// oneRowArgs returns the values a one-row INSERT binds for env, those it
+// has of the optional ones, and the row's shape, which names them.
+func (s *Store) oneRowArgs(env core.Envelope) ([]any, int, error) {
+	payload, headers, err := rowBody(env)
+	if err != nil {
+		return nil, 0, err
 	}
 	createdAt := s.ts(env.OccurredAt())
 	args := make([]any, 0, insertCols)
@@ -229,13 +244,7 @@ func (s *Store) insertOneRow(ctx context.Context, db core.DBTX, env core.Envelop
 		shape |= oneRowHeaders
 		args = append(args, headers)
 	}
-	args = append(args, s.tsOr(env.AvailableAt(), env.OccurredAt(), createdAt), createdAt)
-	if lockedBy != nil {
-		shape |= oneRowLeased
-		args = append(args, lockedBy, lockedAt)
-	}
-	_, err = db.ExecContext(ctx, s.insertOne[shape], args...)
-	return s.wrap("insert events", err)
+	return append(args, s.tsOr(env.AvailableAt(), env.OccurredAt(), createdAt), createdAt), shape, nil
 }
 
 // tsOr returns the encoding of t, or encoded, the encoding of same, when t

@@ -279,32 +279,13 @@ func (l *posLog) insertStream(ctx context.Context, db core.DBTX, envs []core.Env
 // path's single-row insert does: no statement building, no id index, and
 // only the position returned.
 func (l *posLog) insertOneRow(ctx context.Context, db core.DBTX, env core.Envelope) (int64, error) {
-	s := l.s
-	payload, headers, err := rowBody(env)
+	args, shape, err := l.s.oneRowArgs(env)
 	if err != nil {
 		return 0, err
 	}
-	createdAt := s.ts(env.OccurredAt())
-	args := make([]any, 0, 9)
-	args = append(args, env.ID(), env.Type(), env.AggregateType())
-	shape := 0
-	if id := env.AggregateID(); id != "" {
-		shape |= oneRowAggregateID
-		args = append(args, id)
-	}
-	if id := env.TenantID(); id != "" {
-		shape |= oneRowTenantID
-		args = append(args, id)
-	}
-	args = append(args, payload)
-	if headers != nil {
-		shape |= oneRowHeaders
-		args = append(args, headers)
-	}
-	args = append(args, s.tsOr(env.AvailableAt(), env.OccurredAt(), createdAt), createdAt)
 	var p int64
 	if err := db.QueryRowContext(ctx, l.insertOne[shape], args...).Scan(&p); err != nil {
-		return 0, s.wrap("insert events", err)
+		return 0, l.s.wrap("insert events", err)
 	}
 	if p == 0 {
 		return 0, fmt.Errorf("insert events: no position returned for event %s", env.ID())
