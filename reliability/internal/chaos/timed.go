@@ -16,10 +16,10 @@ type DoneWrite struct {
 	// (core.OrderedNoWaitMarker), which the dispatcher calls only for the
 	// events whose key rows were held; its other ordered writes are
 	// MarkDoneOrderedNoWait.
-	Held bool
-	Events  int
-	Took    time.Duration
-	Err     error
+	Held   bool
+	Events int
+	Took   time.Duration
+	Err    error
 }
 
 // TimeDoneWrites returns st wrapped so that observe is called after each of
