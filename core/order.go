@@ -143,3 +143,24 @@ type OrderedStore interface {
 	// it moved; ids that are not DEAD heads of a key are left alone.
 	SkipDead(ctx context.Context, db DBTX, ids []string, now time.Time) (int64, error)
 }
+
+// OrderedNoWaitMarker is the optional capability of an OrderedStore whose
+// DONE writes can pass the key rows other transactions hold (the SQL stores
+// of this module on PostgreSQL, MySQL 8 and MariaDB 10.6; on the others it
+// waits as MarkDoneOrdered does and leaves nothing held). A key's row is
+// locked by each writer of the key until it commits: the dispatcher writes
+// its DONE outcomes with MarkDoneOrderedNoWait, so that they do not queue
+// behind the writers of a few keys, and hands the held ones to a writer of
+// their own that waits for them with MarkDoneOrdered.
+//
+// The dispatcher uses it only on the value that implements OrderedStore, not
+// through StoreUnwrapper: a wrapper that changes MarkDoneOrdered is not
+// bypassed unless it also implements this method.
+type OrderedNoWaitMarker interface {
+	// MarkDoneOrderedNoWait is MarkDoneOrdered for the ids whose key rows
+	// no other transaction holds, and for the unordered ones: it records
+	// them as MarkDoneOrdered does, in transactions of its own, and returns
+	// as held, untouched, the ids of the ordered rows whose key rows another
+	// transaction held, for a later MarkDoneOrdered.
+	MarkDoneOrderedNoWait(ctx context.Context, db DBTX, owner string, ids []string, now time.Time) (n int64, promoted []Event, held []string, err error)
+}

@@ -37,6 +37,7 @@ type Dispatcher struct {
 	pending   *pendingWrites      // write-backs to try again; see writeback.go
 	renewer   core.LeaseRenewer   // nil: no lease renewal; see renew.go
 	ordered   core.OrderedStore   // nil: the store orders nothing; see ordered.go
+	held      *heldDone           // nil: ordered DONE outcomes wait for held key rows; see ordered.go
 	latency   core.LatencyMetrics // nil: Metrics records no durations
 	yield     func()              // run by the writer hook once it queued events; nil: none
 	releaser  *lease.Releaser     // leases whose release failed; see release.go
@@ -86,6 +87,11 @@ func New(cfg Config) (*Dispatcher, error) {
 	d.renewer, _ = core.StoreAs[core.LeaseRenewer](cfg.Store)
 	if o, ok := core.StoreAs[core.OrderedStore](cfg.Store); ok && len(o.Ordering()) > 0 {
 		d.ordered = o
+		// Only on the value that orders: a wrapper of MarkDoneOrdered
+		// that does not implement it is not bypassed.
+		if nw, ok := o.(core.OrderedNoWaitMarker); ok {
+			d.held = newHeldDone(d, nw)
+		}
 	}
 	d.latency, _ = cfg.Metrics.(core.LatencyMetrics)
 	d.releaser = d.newReleaser()
@@ -110,6 +116,15 @@ func New(cfg Config) (*Dispatcher, error) {
 			close(d.stopWrites)
 			d.writers.Wait()
 			d.lastWrites(context.Background())
+			if held := d.held; held != nil {
+				// Nothing else writes: the held-key writer makes the last
+				// attempt at what it was handed; what fails is let go by
+				// a last attempt that waits itself.
+				close(held.in)
+				<-held.done
+				d.held = nil
+				d.lastWrites(context.Background())
+			}
 			close(d.stopRenew)
 			d.renewers.Wait()
 		},
@@ -180,6 +195,9 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 	return d.life.Start(ctx, func(work context.Context) error {
 		if d.batch != nil {
 			go d.batch.run(work) // owned: AfterHardStop waits on d.batch.done
+		}
+		if d.held != nil {
+			go d.held.run(work) // owned: AfterHardStop waits on d.held.done
 		}
 		n := d.Workers()
 		d.nworkers.Store(int64(n))

@@ -126,3 +126,66 @@ func TestOrderedDoneDoesNotLinger(t *testing.T) {
 	write(t, node, envs...)
 	waitCalls(t, tg, rec, "k-3", 1)
 }
+
+// TestOrderedDonePassesHeldKey: while a writer of key A holds A's row, the
+// DONE of A's head waits for it on the held-key writer, and the DONE
+// outcomes of other keys go on: B's events are delivered one after the other
+// before A's writer commits; A's next event follows its commit.
+func TestOrderedDonePassesHeldKey(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
+		if tg.Name == "sqlite" {
+			t.Skip("SQLite's one writer holds the whole database: there is no key row to pass")
+		}
+		t.Parallel()
+		tg.Store = tg.Ordered
+		ctx := context.Background()
+		rec := testnode.NewDeliveryLog()
+		releaseA1 := make(chan struct{})
+		reg := registry(t, func(ctx context.Context, ev core.Event) error {
+			if ev.ID() == "A-1" {
+				select {
+				case <-releaseA1:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			rec.Record(ev.ID())
+			return nil
+		})
+		// Write-backs are not cut short before the test's deadline: a DONE
+		// write that waits for A's writer is not given up for another try.
+		node := startNode(t, tg, tg.DB, reg, testnode.Options{Dispatch: func(c *dispatch.Config) { c.StoreTimeout = 2 * e2eDeadline }})
+		env := func(id, key string) core.Envelope {
+			e, err := core.NewEnvelope(core.EnvelopeSpec{ID: id, Type: orderPlaced, AggregateType: orders, AggregateID: key, JSON: []byte(`{}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e
+		}
+		write(t, node, env("A-1", "A"))
+		// A writer of A's next event, open: it holds A's key row.
+		st, _ := core.StoreAs[core.OrderedStore](tg.Ordered)
+		tx, err := tg.DB.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if res, err := st.InsertOrdered(ctx, tx, []core.Envelope{env("A-2", "A")}, core.InsertOptions{}); err != nil || len(res.Waiting) != 1 {
+			t.Fatalf("write A-2: waiting %v, err %v", res.Waiting, err)
+		}
+		close(releaseA1) // A-1's DONE now meets A's held row
+		waitCalls(t, tg, rec, "A-1", 1)
+		write(t, node, env("B-1", "B"), env("B-2", "B"), env("B-3", "B"))
+		waitCalls(t, tg, rec, "B-3", 1)
+		if c := rec.Count("A-2"); c != 0 {
+			t.Fatalf("A-2 delivered %d times before its writer committed", c)
+		}
+		if ev := getEvent(t, tg, "A-1"); ev.Status == core.StatusDone {
+			t.Fatal("A-1 DONE while its key's writer held the key row")
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		waitCalls(t, tg, rec, "A-2", 1)
+	})
+}

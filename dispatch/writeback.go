@@ -153,7 +153,7 @@ func (d *Dispatcher) apply(ctx context.Context, ops []writeOp) (failed []writeOp
 		failed = append(failed, d.writeDoneBatch(wctx, owner, byOwner[owner], now)...)
 	}
 	for _, owner := range orderedOwners {
-		failed = append(failed, d.writeDoneOrdered(wctx, owner, ordered[owner], now)...)
+		failed = append(failed, d.writeDoneOrdered(wctx, owner, ordered[owner], now, false)...)
 	}
 	return failed
 }

@@ -133,6 +133,14 @@ func (s *Store) MarkDoneOrdered(ctx context.Context, db core.DBTX, owner string,
 	return s.shared.MarkDoneOrdered(ctx, db, owner, ids, now)
 }
 
+// MarkDoneOrderedNoWait is MarkDoneOrdered for the ids whose key rows no other transaction holds
+// and for the unordered ones, and returns the ids of the other ordered rows,
+// untouched, for a later MarkDoneOrdered. It implements
+// core.OrderedNoWaitMarker.
+func (s *Store) MarkDoneOrderedNoWait(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, []string, error) {
+	return s.shared.MarkDoneOrderedNoWait(ctx, db, owner, ids, now)
+}
+
 // MarkDeadOrdered records the final failure of id if owner still leases it and, when its
 // aggregate type's policy is core.DeadContinues, promotes the next event of
 // its key, leased by owner. It implements core.OrderedStore.

@@ -154,7 +154,10 @@ func open(o options) (*sql.DB, store.SchemaManager, error) {
 	if o.timeDone {
 		st = chaos.TimeDoneWrites(st, func(w chaos.DoneWrite) {
 			kind, outcome := "batch", "ok"
-			if w.Ordered {
+			switch {
+			case w.Held:
+				kind = "held"
+			case w.Ordered:
 				kind = "ordered"
 			}
 			if w.Err != nil {

@@ -172,8 +172,13 @@ func (k *cteKeys) insertSQL(nkeys, nenvs int) string {
 // A key whose writer committed after the statement's snapshot was taken
 // but before its lock shows that writer's events in last_seq (the row's
 // latest version, which the lock returns) but not in the statement's
-// snapshot: the promotion of those keys' next events is a second statement,
-// whose snapshot sees them.
+// snapshot. Unless wait, such a key is left busy too: a key row is kept
+// only if the snapshot sees the key's event at last_seq, and with it every
+// earlier one (a key's writers commit in seq order, each holding the row),
+// so that the statement promotes every next event it should and, run on
+// its own, commits nothing half done. With wait, the promotion of those
+// keys' next events is a second statement in tx, whose snapshot sees them;
+// unless wait it finds none, and is kept only as a safety net.
 func (k *cteKeys) markDone(ctx context.Context, tx core.DBTX, owner string, ids []string, now, leaseAt time.Time, wait bool) (int64, []core.Event, []string, error) {
 	s := k.s
 	at, lat := s.ts(now), s.ts(leaseAt)
@@ -274,10 +279,13 @@ func (k *cteKeys) doneSQL(wait bool) string {
 	if !wait {
 		sb.WriteString("c AS (SELECT event_id, aggregate_type, aggregate_id, seq FROM " + s.qt +
 			" WHERE locked_by = ? AND " + notTerminal + " AND event_id = ANY (?::text[])), " +
-			"l AS (SELECT k.aggregate_type, k.aggregate_id FROM " + kt + " k " +
+			"l AS (SELECT k.aggregate_type, k.aggregate_id, k.last_seq FROM " + kt + " k " +
 			"WHERE (k.aggregate_type, k.aggregate_id) IN (SELECT aggregate_type, aggregate_id FROM c WHERE " + ordered + ") " +
 			"ORDER BY k.aggregate_type, k.aggregate_id FOR UPDATE OF k SKIP LOCKED), " +
-			"d AS (" + done + " AND (seq IS NULL OR aggregate_id IS NULL OR (aggregate_type, aggregate_id) IN (SELECT aggregate_type, aggregate_id FROM l)) " +
+			// The locked rows whose last event the snapshot sees.
+			"v AS (SELECT aggregate_type, aggregate_id FROM l WHERE EXISTS (SELECT 1 FROM " + s.qt + " e " +
+			"WHERE e.aggregate_type = l.aggregate_type AND e.aggregate_id = l.aggregate_id AND e.seq = l.last_seq)), " +
+			"d AS (" + done + " AND (seq IS NULL OR aggregate_id IS NULL OR (aggregate_type, aggregate_id) IN (SELECT aggregate_type, aggregate_id FROM v)) " +
 			"RETURNING aggregate_type, aggregate_id, seq), ")
 	} else {
 		sb.WriteString("d AS (" + done + " RETURNING aggregate_type, aggregate_id, seq), ")
@@ -303,7 +311,7 @@ func (k *cteKeys) doneSQL(wait bool) string {
 		"FROM (VALUES (1)) AS one LEFT JOIN u ON true")
 	if !wait {
 		sb.WriteString(" UNION ALL SELECT " + strconv.Itoa(doneRowBusy) + ", NULL, NULL, NULL, NULL, NULL, event_id" + filler + " FROM c " +
-			"WHERE " + ordered + " AND (aggregate_type, aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM l)")
+			"WHERE " + ordered + " AND (aggregate_type, aggregate_id) NOT IN (SELECT aggregate_type, aggregate_id FROM v)")
 	}
 	return s.d.rebind(sb.String())
 }

@@ -17,47 +17,75 @@ import (
 // promotion of the key's next event, in READ COMMITTED transactions (each
 // retried after a deadlock when db is a pool). On PostgreSQL
 // (KeysWritableCTE) and where Dialect.LockingReadSkip is set (MySQL 8,
-// MariaDB 10.6+) the first waits for no key row: it finishes the events
-// whose key rows it can lock at once and commits, so that their keys are
-// held no longer than its statements and its commit take, whatever writers
-// of other keys are doing; a second, only when some key row was held (by a
-// writer of the key, until it commits), finishes the events of those keys,
-// waiting for their rows. Elsewhere one transaction finishes the chunk,
-// waiting.
+// MariaDB 10.6+) a first pass (MarkDoneOrderedNoWait's) waits for no key
+// row: it finishes the events whose key rows it can lock at once, so that
+// their keys are held no longer than its statements and its commit take,
+// whatever writers of other keys are doing; a second, only when some key
+// row was held (by a writer of the key, until it commits), finishes the
+// events of those keys, waiting for their rows. Elsewhere one transaction
+// finishes the chunk, waiting.
 // The promoted events are leased at now plus the time spent until then,
 // so that a wait does not eat into their lease.
 func (s *Store) MarkDoneOrdered(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, error) {
+	n, promoted, _, err := s.markDoneOrdered(ctx, db, owner, ids, now, true)
+	return n, promoted, err
+}
+
+// MarkDoneOrderedNoWait implements core.OrderedNoWaitMarker: MarkDoneOrdered's
+// first pass alone. On PostgreSQL that pass is one statement, run on its own
+// (its own transaction) when db is a pool: the key rows it locks are held
+// for that statement and its commit, one round trip.
+func (s *Store) MarkDoneOrderedNoWait(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, []string, error) {
+	return s.markDoneOrdered(ctx, db, owner, ids, now, false)
+}
+
+// markDoneOrdered is MarkDoneOrdered, and, unless wait, returns the ids of
+// the rows the first pass left for their held key rows instead of
+// finishing them in a second pass.
+func (s *Store) markDoneOrdered(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time, wait bool) (int64, []core.Event, []string, error) {
 	start := time.Now()
 	leaseAt := func() time.Time { return now.Add(time.Since(start)) }
 	uniq := slices.Clone(ids)
 	slices.Sort(uniq)
 	uniq = slices.Compact(uniq)
 	var total int64
-	var promoted []core.Event
-	for chunk := range slices.Chunk(uniq, batchChunk) {
-		for _, wait := range []bool{false, true} {
-			var n int64
-			var p []core.Event
-			var busy []string
-			err := s.retry(ctx, db, func() error {
-				return inTx(ctx, db, func(tx core.DBTX) error {
-					var err error
-					n, p, busy, err = s.keys.markDone(ctx, tx, owner, chunk, now, leaseAt(), wait)
-					return err
-				})
-			})
-			if err != nil {
-				return total, promoted, s.wrap("mark done", err)
+	var promoted, p []core.Event
+	var held, busy []string
+	var n int64
+	pass := func(chunk []string, wait bool) error {
+		return s.retry(ctx, db, func() error {
+			run := func(tx core.DBTX) error {
+				var err error
+				n, p, busy, err = s.keys.markDone(ctx, tx, owner, chunk, now, leaseAt(), wait)
+				return err
 			}
-			total += n
-			promoted = append(promoted, p...)
-			if len(busy) == 0 {
-				break
+			if _, one := s.keys.(*cteKeys); one && !wait {
+				// One statement: its own transaction on a pool.
+				return run(db)
 			}
-			chunk = busy
-		}
+			return inTx(ctx, db, run)
+		})
 	}
-	return total, promoted, nil
+	for chunk := range slices.Chunk(uniq, batchChunk) {
+		if err := pass(chunk, false); err != nil {
+			return total, promoted, held, s.wrap("mark done", err)
+		}
+		total += n
+		promoted = append(promoted, p...)
+		if len(busy) == 0 {
+			continue
+		}
+		if !wait {
+			held = append(held, busy...)
+			continue
+		}
+		if err := pass(busy, true); err != nil {
+			return total, promoted, held, s.wrap("mark done", err)
+		}
+		total += n
+		promoted = append(promoted, p...)
+	}
+	return total, promoted, held, nil
 }
 
 // MarkDeadOrdered implements core.OrderedStore: in one READ COMMITTED

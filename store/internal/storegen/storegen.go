@@ -63,6 +63,8 @@ var Methods = []Method{
 		"returns the aggregate types this store delivers in order per key; nil\nwhen none. It implements core.OrderedStore."},
 	{"MarkDoneOrdered", "ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time", "ctx, db, owner, ids, now", "(int64, []core.Event, error)",
 		"records the delivery of the ids owner still leases and, in the same\ntransaction, promotes the next event of each ordered one's key, leased by\nowner; it returns how many rows it marked DONE and the promoted events. It\nimplements core.OrderedStore."},
+	{"MarkDoneOrderedNoWait", "ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time", "ctx, db, owner, ids, now", "(int64, []core.Event, []string, error)",
+		"is MarkDoneOrdered for the ids whose key rows no other transaction holds\nand for the unordered ones, and returns the ids of the other ordered rows,\nuntouched, for a later MarkDoneOrdered. It implements\ncore.OrderedNoWaitMarker."},
 	{"MarkDeadOrdered", "ctx context.Context, db core.DBTX, owner, id string, now time.Time, lastErr string", "ctx, db, owner, id, now, lastErr", "(bool, []core.Event, error)",
 		"records the final failure of id if owner still leases it and, when its\naggregate type's policy is core.DeadContinues, promotes the next event of\nits key, leased by owner. It implements core.OrderedStore."},
 	{"BlockedKeys", "ctx context.Context, db core.DBTX, f core.DeadFilter", "ctx, db, f", "([]core.BlockedKey, error)",
