@@ -51,6 +51,7 @@ type config struct {
 	timeout   time.Duration
 	grace     time.Duration
 	jsonOut   string
+	cpuProf   string
 }
 
 func parseFlags(args []string) (*config, error) {
@@ -68,6 +69,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up on a contender's run after this long and report what is missing")
 	fs.DurationVar(&c.grace, "grace", 300*time.Millisecond, "keep consumers running this long after the last event to count late duplicates")
 	fs.StringVar(&c.jsonOut, "json", "", "also write the results to this JSON file")
+	fs.StringVar(&c.cpuProf, "w1-cpuprofile", "", "write a CPU profile of this process during each contender's W1 (writes and deliveries) to this directory, one file per server and contender")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -3,6 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -62,6 +67,36 @@ type outcome struct {
 	RanW2      bool  `json:"-"`
 }
 
+// startProfile starts a CPU profile of this process into dir (none when
+// dir is ""), in a file named after the server and the contender, and
+// returns what stops it; calling that again does nothing.
+func startProfile(dir, server, contender string) (stop func(), err error) {
+	if dir == "" {
+		return func() {}, nil
+	}
+	slug := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(contender))
+	f, err := os.Create(filepath.Join(dir, server+"-"+slug+".pprof"))
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		})
+	}, nil
+}
+
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // runW1 runs W1 for one contender: its consumers running, c.writers
@@ -89,6 +124,11 @@ func runW1(ctx context.Context, c *config, srv *server, k *kind, out *outcome) e
 		return ct.stop(ctx)
 	}
 	defer func() { _ = stop() }()
+	stopProf, err := startProfile(c.cpuProf, srv.name, k.name)
+	if err != nil {
+		return err
+	}
+	defer stopProf()
 	mark := srv.markCPU(ctx, srv.admin)
 	begin := time.Now()
 	if err := writeAll(ctx, c.w1Events, c.writers, func(i int) error { return ct.write(ctx, i, rec) }); err != nil {
@@ -108,6 +148,7 @@ func runW1(ctx context.Context, c *config, srv *server, k *kind, out *outcome) e
 	} else {
 		// The CPU of the deliveries, not of the idle grace period.
 		out.W1GoUs, out.W1DBUs, out.W1Allocs = perEvent(mark, srv.markCPU(ctx, srv.admin), rec.delivered.Load())
+		stopProf()
 		end = rec.lastDelivery()
 		graceWait(ctx, c.grace)
 	}

@@ -218,53 +218,18 @@ func TestDoneBatchNextEventHeld(t *testing.T) {
 	if err := tx.QueryRowContext(ctx, "SELECT status FROM "+tg.Table+" WHERE event_id = 'A-2' FOR UPDATE").Scan(&status); err != nil || status != int(core.StatusWaiting) {
 		t.Fatalf("lock A-2: status %d, err %v", status, err)
 	}
-	type result struct {
-		n        int64
-		promoted []core.Event
-		err      error
-	}
-	done := make(chan result, 1)
-	go func() {
-		n, promoted, err := st.MarkDoneOrdered(ctx, tg.DB, owner, []string{"A-1", "B-1"}, time.Now())
-		done <- result{n, promoted, err}
-	}()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ev, err := tg.Store.Get(ctx, tg.DB, "B-2")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ev.Status == core.StatusNew {
-			break
-		}
-		select {
-		case r := <-done:
-			t.Fatalf("mark done A-1, B-1 returned while A-2's row was held: n=%d promoted=%v err=%v", r.n, r.promoted, r.err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("B-2 was not promoted while A-2's row was held")
-		}
-		<-tick.C
-	}
+	wait := testdb.MarkDoneWhileHeld(t, tg, st, owner, []string{"A-1", "B-1"}, "A-2's row was held", "B-2", core.StatusNew)
 	if ev, err := tg.Store.Get(ctx, tg.DB, "A-2"); err != nil || ev.Status != core.StatusWaiting {
 		t.Fatalf("A-2 while its row is held: %v, %v; want WAITING", ev.Status, err)
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	var r result
-	select {
-	case r = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("mark done A-1, B-1 did not return once A-2's row was released")
+	r := wait()
+	if r.Err != nil || r.N != 2 || len(r.Promoted) != 2 {
+		t.Fatalf("mark done A-1, B-1: n=%d promoted=%v err=%v; want 2 and A-2, B-2", r.N, r.Promoted, r.Err)
 	}
-	if r.err != nil || r.n != 2 || len(r.promoted) != 2 {
-		t.Fatalf("mark done A-1, B-1: n=%d promoted=%v err=%v; want 2 and A-2, B-2", r.n, r.promoted, r.err)
-	}
-	for _, p := range r.promoted {
+	for _, p := range r.Promoted {
 		ev, err := tg.Store.Get(ctx, tg.DB, p.ID())
 		if err != nil {
 			t.Fatal(err)

@@ -2,6 +2,8 @@ package testdb
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,46 +44,72 @@ func DoneBatchPassesHeldKey(t *testing.T, tg Target) {
 	if res, err := st.InsertOrdered(ctx, tx, []core.Envelope{env("A-2", "A")}, core.InsertOptions{}); err != nil || len(res.Waiting) != 1 {
 		t.Fatalf("write A-2: waiting %v, err %v", res.Waiting, err)
 	}
-	type result struct {
-		n        int64
-		promoted []core.Event
-		err      error
-	}
-	done := make(chan result, 1)
-	go func() {
-		n, promoted, err := st.MarkDoneOrdered(ctx, tg.DB, owner, []string{"A-1", "B-1"}, time.Now())
-		done <- result{n, promoted, err}
-	}()
 	// B-1's DONE commits while the writer of A-2 is still open.
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ev, err := tg.Store.Get(ctx, tg.DB, "B-1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ev.Status == core.StatusDone {
-			break
-		}
-		select {
-		case r := <-done:
-			t.Fatalf("mark done A-1, B-1 returned while the writer of A-2 was open: n=%d promoted=%v err=%v", r.n, r.promoted, r.err)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("B-1's DONE did not commit while the writer of key A held its row: the batch waited for A")
-		}
-		<-tick.C
-	}
+	wait := MarkDoneWhileHeld(t, tg, st, owner, []string{"A-1", "B-1"}, "the writer of A-2 was open", "B-1", core.StatusDone)
 	if ev, err := tg.Store.Get(ctx, tg.DB, "A-1"); err != nil || ev.Status == core.StatusDone {
 		t.Fatalf("A-1 = %v, %v: DONE before its key's writer committed", ev.Status, err)
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	r := <-done
-	if r.err != nil || r.n != 2 || len(r.promoted) != 1 || r.promoted[0].ID() != "A-2" || r.promoted[0].LockedBy != owner {
-		t.Fatalf("mark done A-1, B-1: n=%d promoted=%v err=%v, want 2 marked and A-2 promoted, leased by %s", r.n, r.promoted, r.err, owner)
+	r := wait()
+	if r.Err != nil || r.N != 2 || len(r.Promoted) != 1 || r.Promoted[0].ID() != "A-2" || r.Promoted[0].LockedBy != owner {
+		t.Fatalf("mark done A-1, B-1: n=%d promoted=%v err=%v, want 2 marked and A-2 promoted, leased by %s", r.N, r.Promoted, r.Err, owner)
+	}
+}
+
+// DoneResult is what a MarkDoneOrdered call returned.
+type DoneResult struct {
+	N        int64
+	Promoted []core.Event
+	Err      error
+}
+
+// MarkDoneWhileHeld runs st.MarkDoneOrdered of ids on tg.DB while the
+// caller holds a row that the call needs (held says which, for the
+// messages), and waits until event id has status want: the call must get
+// that far without the held row. It fails the test if the call returns
+// first, or if id is not at want within 30 s. It returns the wait for the
+// call's result, to call once the caller has released the row; the wait
+// fails the test after 30 s.
+func MarkDoneWhileHeld(t *testing.T, tg Target, st core.OrderedStore, owner string, ids []string, held, id string, want core.Status) (wait func() DoneResult) {
+	t.Helper()
+	ctx := context.Background()
+	call := fmt.Sprintf("mark done %s", strings.Join(ids, ", "))
+	done := make(chan DoneResult, 1)
+	go func() {
+		n, promoted, err := st.MarkDoneOrdered(ctx, tg.DB, owner, ids, time.Now())
+		done <- DoneResult{n, promoted, err}
+	}()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ev, err := tg.Store.Get(ctx, tg.DB, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Status == want {
+			break
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("%s returned while %s: n=%d promoted=%v err=%v", call, held, r.N, r.Promoted, r.Err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s was %v, not %v, 30 s on while %s", call, id, ev.Status, want, held)
+		}
+		<-tick.C
+	}
+	return func() DoneResult {
+		t.Helper()
+		select {
+		case r := <-done:
+			return r
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s did not return once the held row was released", call)
+			return DoneResult{}
+		}
 	}
 }

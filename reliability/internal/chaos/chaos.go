@@ -1,8 +1,8 @@
-// Package chaos is what the reliability tests and their helper process
-// (reliability/internal/chaosnode) share: opening a database of a dialect,
-// the outbox store on a table, the event type they deliver, and the
-// deliveries table in which the listener records every delivery inside its
-// own transaction.
+// Package chaos is what the reliability tests and their helper processes
+// (reliability/internal/chaosnode and relaynode) share: opening a database
+// of a dialect, the outbox store on a table, the event type they deliver,
+// the deliveries table in which the listener records every delivery inside
+// its own transaction, and the helpers' common command line (Node).
 package chaos
 
 import (

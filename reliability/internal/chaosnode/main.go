@@ -35,7 +35,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -56,13 +55,11 @@ import (
 )
 
 type options struct {
-	role, dialect, dsn, table, deliveries string
+	chaos.Node
 
 	// worker
 	workers, coldQueue, batch int
-	lease, interval, work     time.Duration
 	maxAttempts               int
-	verbose                   bool
 	fail                      float64 // share of listener calls that fail
 
 	// both: the chaos aggregate type is ordered per key
@@ -81,8 +78,6 @@ type options struct {
 	counters string
 	// both: print every DONE batch write with its duration
 	timeDone bool
-	// both: outbox.DeliveryPosition
-	position bool
 
 	// writer
 	events, concurrency, perTx int
@@ -91,19 +86,11 @@ type options struct {
 
 func main() {
 	var o options
-	flag.StringVar(&o.role, "role", "", "worker or writer")
-	flag.StringVar(&o.dialect, "dialect", "", "postgres, mysql or sqlite")
-	flag.StringVar(&o.dsn, "dsn", "", "data source name (sqlite: file path)")
-	flag.StringVar(&o.table, "table", "", "outbox table")
-	flag.StringVar(&o.deliveries, "deliveries", "", "deliveries table (worker)")
+	o.Flags(flag.CommandLine, "worker", "postgres, mysql or sqlite")
 	flag.IntVar(&o.workers, "workers", 4, "dispatcher workers")
 	flag.IntVar(&o.coldQueue, "cold", 100, "cold queue size")
 	flag.IntVar(&o.batch, "batch", 50, "poller batch size")
-	flag.DurationVar(&o.lease, "lease", 3*time.Second, "poller lease timeout")
-	flag.DurationVar(&o.interval, "interval", 100*time.Millisecond, "poll interval")
-	flag.DurationVar(&o.work, "work", 0, "time the listener spends in its transaction, as business work would")
 	flag.IntVar(&o.maxAttempts, "max-attempts", 1000, "dispatcher MaxAttempts")
-	flag.BoolVar(&o.verbose, "v", false, "log the outbox's warnings to stderr")
 	flag.Float64Var(&o.fail, "fail", 0, "share of listener calls that fail (worker)")
 	flag.BoolVar(&o.ordered, "ordered", false, "deliver the events in order per key")
 	flag.BoolVar(&o.write, "write", false, "also write events through this worker's hot path, as a writer does, until -events (0: no limit) or SIGUSR1 (worker)")
@@ -112,7 +99,6 @@ func main() {
 	flag.DurationVar(&o.skew, "skew", 0, "added to each event's OccurredAt, as a host with a wrong clock would (writer)")
 	flag.StringVar(&o.counters, "counters", "", "counters table: each transaction writes 1 to 3 events of one of -keys keys, numbered by the key's counter, which it locks (writer)")
 	flag.BoolVar(&o.timeDone, "time-done", false, "print each DONE batch write and its duration (worker)")
-	flag.BoolVar(&o.position, "position", false, "position delivery: an outbox.Outbox as worker, a WriterOnly one as writer (not with -ordered, -write or -time-done)")
 	flag.IntVar(&o.events, "events", 1000, "events to write (writer)")
 	flag.IntVar(&o.concurrency, "concurrency", 4, "concurrent writing goroutines (writer)")
 	flag.IntVar(&o.perTx, "per-tx", 5, "events per business transaction (writer)")
@@ -121,18 +107,18 @@ func main() {
 
 	var err error
 	switch {
-	case o.position && (o.ordered || o.write || o.timeDone):
+	case o.Position && (o.ordered || o.write || o.timeDone):
 		err = errors.New("-position does not go with -ordered, -write or -time-done")
-	case o.role == "worker" && o.position:
+	case o.Role == "worker" && o.Position:
 		err = runPositionWorker(o)
-	case o.role == "worker":
+	case o.Role == "worker":
 		err = runWorker(o)
-	case o.role == "writer" && o.position:
+	case o.Role == "writer" && o.Position:
 		err = runPositionWriter(o)
-	case o.role == "writer":
+	case o.Role == "writer":
 		err = runWriter(o)
 	default:
-		err = fmt.Errorf("-role must be worker or writer, not %q", o.role)
+		err = fmt.Errorf("-role must be worker or writer, not %q", o.Role)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaosnode:", err)
@@ -141,13 +127,13 @@ func main() {
 }
 
 func open(o options) (*sql.DB, store.SchemaManager, error) {
-	db, err := chaos.Open(o.dialect, o.dsn)
+	db, err := chaos.Open(o.Dialect, o.DSN)
 	if err != nil {
 		return nil, nil, err
 	}
-	if o.dialect != "sqlite" {
+	if o.Dialect != "sqlite" {
 		conns := o.workers + 3
-		if o.position {
+		if o.Position {
 			conns += 2 // the relay lock's connection and the reader's LISTEN
 		}
 		if o.write {
@@ -160,7 +146,7 @@ func open(o options) (*sql.DB, store.SchemaManager, error) {
 	if o.ordered {
 		ordering = core.Ordering{string(chaos.Aggregate): core.DeadBlocks}
 	}
-	st, err := chaos.NewOrderedStore(o.dialect, o.table, ordering)
+	st, err := chaos.NewOrderedStore(o.Dialect, o.Table, ordering)
 	if err != nil {
 		_ = db.Close()
 		return nil, nil, err
@@ -189,14 +175,14 @@ func runWorker(o options) error {
 		return err
 	}
 	defer db.Close()
-	deliveries, err := chaos.NewDeliveries(o.dialect, o.deliveries)
+	deliveries, err := chaos.NewDeliveries(o.Dialect, o.Deliveries)
 	if err != nil {
 		return err
 	}
 	owner := core.NewOwner()
 	var delivered atomic.Int64
 	reg := core.NewRegistry()
-	record := chaos.RecordingListener(db, deliveries, func() string { return owner }, o.work, func() { delivered.Add(1) })
+	record := chaos.RecordingListener(db, deliveries, func() string { return owner }, o.Work, func() { delivered.Add(1) })
 	var failMu sync.Mutex
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid())))
 	err = reg.RegisterFunc(chaos.Aggregate, chaos.EventType, func(ctx context.Context, ev core.Event) error {
@@ -214,22 +200,18 @@ func runWorker(o options) error {
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.DiscardHandler)
-	if o.verbose {
-		zl := zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Str("owner", owner).Logger()
-		logger = slog.New(zerolog.NewSlogHandler(zl))
-	}
+	logger := o.Logger(zerolog.WarnLevel, owner)
 	d, err := dispatch.New(dispatch.Config{
 		Store: st, DB: db, Registry: reg, Owner: owner,
 		Workers: o.workers, ColdQueueSize: o.coldQueue, MaxAttempts: o.maxAttempts,
-		Retry: chaos.Backoff(), Logger: logger, LeaseTimeout: o.lease,
+		Retry: chaos.Backoff(), Logger: logger, LeaseTimeout: o.Lease,
 	})
 	if err != nil {
 		return err
 	}
 	p, err := poller.New(poller.Config{
 		Store: st, DB: db, Handler: d,
-		Interval: o.interval, BatchSize: o.batch, Logger: logger, // the lease is the dispatcher's
+		Interval: o.Interval, BatchSize: o.batch, Logger: logger, // the lease is the dispatcher's
 	})
 	if err != nil {
 		return err
@@ -304,7 +286,7 @@ func write(o options, db *sql.DB, w *core.Writer, stop <-chan struct{}) error {
 		if o.keys <= 0 {
 			return errors.New("-counters needs -keys")
 		}
-		if counters, err = chaos.NewCounters(o.dialect, o.counters); err != nil {
+		if counters, err = chaos.NewCounters(o.Dialect, o.counters); err != nil {
 			return err
 		}
 	}
@@ -424,7 +406,7 @@ func runPositionWorker(o options) error {
 		return err
 	}
 	defer db.Close()
-	deliveries, err := chaos.NewDeliveries(o.dialect, o.deliveries)
+	deliveries, err := chaos.NewDeliveries(o.Dialect, o.Deliveries)
 	if err != nil {
 		return err
 	}
@@ -433,23 +415,19 @@ func runPositionWorker(o options) error {
 		delivered atomic.Int64
 	)
 	reg := core.NewRegistry()
-	record := chaos.RecordingListener(db, deliveries, func() string { return owner }, o.work, func() { delivered.Add(1) })
+	record := chaos.RecordingListener(db, deliveries, func() string { return owner }, o.Work, func() { delivered.Add(1) })
 	if err := reg.RegisterFunc(chaos.Aggregate, chaos.EventType, record); err != nil {
 		return err
 	}
-	logger := slog.New(slog.DiscardHandler)
-	if o.verbose {
-		zl := zerolog.New(os.Stderr).Level(zerolog.WarnLevel).With().Timestamp().Logger()
-		logger = slog.New(zerolog.NewSlogHandler(zl))
-	}
+	logger := o.Logger(zerolog.WarnLevel, "")
 	cfg := outbox.Config{DB: db, Store: st, Registry: reg, Delivery: outbox.DeliveryPosition,
 		Mode: outbox.MultiNode, SingleActive: true,
 		Dispatch: dispatch.Config{Workers: o.workers, ColdQueueSize: o.coldQueue, MaxAttempts: o.maxAttempts,
-			Retry: chaos.Backoff(), LeaseTimeout: o.lease},
-		Poller: poller.Config{Interval: o.interval, BatchSize: o.batch},
+			Retry: chaos.Backoff(), LeaseTimeout: o.Lease},
+		Poller: poller.Config{Interval: o.Interval, BatchSize: o.batch},
 		Logger: logger,
 	}
-	if o.dialect == "sqlite" {
+	if o.Dialect == "sqlite" {
 		// No relay lock: one process reads the position.
 		cfg.Mode, cfg.SingleActive = outbox.SingleNode, false
 	}

@@ -21,7 +21,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -38,43 +37,32 @@ import (
 )
 
 type options struct {
-	role, dialect, dsn, table, deliveries string
+	chaos.Node
 
 	// relay
-	lease, interval, activeInterval, work time.Duration
+	activeInterval time.Duration
 
 	// writer
-	events   int
-	rate     float64
-	verbose  bool
-	position bool
+	events int
+	rate   float64
 }
 
 func main() {
 	var o options
-	flag.StringVar(&o.role, "role", "", "relay or writer")
-	flag.StringVar(&o.dialect, "dialect", "", "postgres or mysql")
-	flag.StringVar(&o.dsn, "dsn", "", "data source name")
-	flag.StringVar(&o.table, "table", "", "outbox table")
-	flag.StringVar(&o.deliveries, "deliveries", "", "deliveries table (relay)")
-	flag.DurationVar(&o.lease, "lease", 3*time.Second, "poller lease timeout (relay)")
-	flag.DurationVar(&o.interval, "interval", 100*time.Millisecond, "poll interval (relay)")
+	o.Flags(flag.CommandLine, "relay", "postgres or mysql")
 	flag.DurationVar(&o.activeInterval, "active-interval", 0, "SingleActiveInterval, 0 for the default (relay)")
-	flag.DurationVar(&o.work, "work", 0, "time the listener spends in its transaction, as business work would (relay)")
 	flag.IntVar(&o.events, "events", 1000, "events to write (writer)")
 	flag.Float64Var(&o.rate, "rate", 200, "events per second (writer)")
-	flag.BoolVar(&o.verbose, "v", false, "log the outbox's warnings to stderr")
-	flag.BoolVar(&o.position, "position", false, "outbox.DeliveryPosition (relay and writer)")
 	flag.Parse()
 
 	var err error
-	switch o.role {
+	switch o.Role {
 	case "relay":
 		err = runRelay(o)
 	case "writer":
 		err = runWriter(o)
 	default:
-		err = fmt.Errorf("-role must be relay or writer, not %q", o.role)
+		err = fmt.Errorf("-role must be relay or writer, not %q", o.Role)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "relaynode:", err)
@@ -94,24 +82,16 @@ func say(format string, args ...any) {
 
 // open returns a pool on o's database and the store of o's table.
 func open(o options) (*sql.DB, store.SchemaManager, error) {
-	db, err := chaos.Open(o.dialect, o.dsn)
+	db, err := chaos.Open(o.Dialect, o.DSN)
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := chaos.NewStore(o.dialect, o.table)
+	st, err := chaos.NewStore(o.Dialect, o.Table)
 	if err != nil {
 		_ = db.Close()
 		return nil, nil, err
 	}
 	return db, st, nil
-}
-
-// delivery is the Delivery of -position.
-func delivery(o options) outbox.Delivery {
-	if o.position {
-		return outbox.DeliveryPosition
-	}
-	return outbox.DeliveryClaim
 }
 
 func runRelay(o options) error {
@@ -120,7 +100,7 @@ func runRelay(o options) error {
 		return err
 	}
 	defer db.Close()
-	deliveries, err := chaos.NewDeliveries(o.dialect, o.deliveries)
+	deliveries, err := chaos.NewDeliveries(o.Dialect, o.Deliveries)
 	if err != nil {
 		return err
 	}
@@ -130,7 +110,7 @@ func runRelay(o options) error {
 		first     sync.Once
 	)
 	reg := core.NewRegistry()
-	record := chaos.RecordingListener(db, deliveries, func() string { return owner }, o.work,
+	record := chaos.RecordingListener(db, deliveries, func() string { return owner }, o.Work,
 		func() { delivered.Add(1) })
 	err = reg.RegisterFunc(chaos.Aggregate, chaos.EventType, func(ctx context.Context, ev core.Event) error {
 		first.Do(func() { say("first %d", time.Now().UnixNano()) })
@@ -139,16 +119,12 @@ func runRelay(o options) error {
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.DiscardHandler)
-	if o.verbose {
-		logger = slog.New(zerolog.NewSlogHandler(zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Logger()))
-	}
 	ob, err := outbox.New(outbox.Config{
-		DB: db, Store: st, Registry: reg, Mode: outbox.MultiNode, Delivery: delivery(o),
+		DB: db, Store: st, Registry: reg, Mode: outbox.MultiNode, Delivery: o.Delivery(),
 		SingleActive: true, SingleActiveInterval: o.activeInterval,
 		Dispatch: dispatch.Config{Retry: chaos.Backoff(), MaxAttempts: 1000},
-		Poller:   poller.Config{LeaseTimeout: o.lease, Interval: o.interval},
-		Logger:   logger,
+		Poller:   poller.Config{LeaseTimeout: o.Lease, Interval: o.Interval},
+		Logger:   o.Logger(zerolog.InfoLevel, ""),
 	})
 	if err != nil {
 		return err
@@ -198,7 +174,7 @@ func runWriter(o options) error {
 		return err
 	}
 	defer db.Close()
-	ob, err := outbox.New(outbox.Config{DB: db, Store: st, Mode: outbox.WriterOnly, Delivery: delivery(o)})
+	ob, err := outbox.New(outbox.Config{DB: db, Store: st, Mode: outbox.WriterOnly, Delivery: o.Delivery()})
 	if err != nil {
 		return err
 	}
