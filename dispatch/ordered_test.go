@@ -189,3 +189,67 @@ func TestOrderedDonePassesHeldKey(t *testing.T) {
 		waitCalls(t, tg, rec, "A-2", 1)
 	})
 }
+
+// TestOrderedDoneHeldAtClose: Close waits for the held-key writer: a DONE
+// that waits for a writer of its key is written before Close returns, and
+// the key's next event, which that DONE promotes, is left for another
+// instance, not lost.
+func TestOrderedDoneHeldAtClose(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
+		if tg.Name == "sqlite" {
+			t.Skip("SQLite's one writer holds the whole database: there is no key row to pass")
+		}
+		t.Parallel()
+		tg.Store = tg.Ordered
+		ctx := context.Background()
+		rec := testnode.NewDeliveryLog()
+		releaseA1 := make(chan struct{})
+		reg := registry(t, func(ctx context.Context, ev core.Event) error {
+			if ev.ID() == "A-1" {
+				<-releaseA1
+			}
+			rec.Record(ev.ID())
+			return nil
+		})
+		// Not cut short: the held DONE waits until the test commits.
+		node := startNode(t, tg, tg.DB, reg, testnode.Options{Dispatch: func(c *dispatch.Config) { c.StoreTimeout = 2 * e2eDeadline }})
+		env := func(id string) core.Envelope {
+			e, err := core.NewEnvelope(core.EnvelopeSpec{ID: id, Type: orderPlaced, AggregateType: orders, AggregateID: "A", JSON: []byte(`{}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e
+		}
+		write(t, node, env("A-1"))
+		st, _ := core.StoreAs[core.OrderedStore](tg.Ordered)
+		tx, err := tg.DB.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := st.InsertOrdered(ctx, tx, []core.Envelope{env("A-2")}, core.InsertOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		close(releaseA1) // A-1's DONE meets A's held row, now or at Close
+		waitCalls(t, tg, rec, "A-1", 1)
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			node.Close(t)
+		}()
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-closed:
+		case <-time.After(e2eDeadline):
+			t.Fatal("Close did not return after the writer of A-2 committed")
+		}
+		if ev := getEvent(t, tg, "A-1"); ev.Status != core.StatusDone {
+			t.Fatalf("A-1 after Close: %v, want DONE", ev.Status)
+		}
+		if ev := getEvent(t, tg, "A-2"); ev.Status != core.StatusNew || ev.LockedBy != "" {
+			t.Fatalf("A-2 after Close: %v leased by %q, want NEW and not leased", ev.Status, ev.LockedBy)
+		}
+	})
+}

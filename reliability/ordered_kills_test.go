@@ -253,17 +253,9 @@ func runOrderedKills(t *testing.T, dialect string, ordered bool) killRun {
 	if r.lost, err = deliveries.Lost(ctx, tg.DB, tg.Table); err != nil {
 		t.Fatal(err)
 	}
-	counted, err := chaos.Counted(ctx, tg.DB, tg.Table)
+	ods, err := deliveries.AllCounted(ctx, tg.DB, tg.Table)
 	if err != nil {
 		t.Fatal(err)
-	}
-	ods := make([]chaos.OrderedDelivery, 0, len(ds))
-	for _, d := range ds {
-		p, ok := counted[d.EventID]
-		if !ok {
-			t.Fatalf("delivery of %s, which the outbox table does not hold", d.EventID)
-		}
-		ods = append(ods, chaos.OrderedDelivery{Delivery: d, AggregateID: p.Key, Seq: p.N})
 	}
 	var first []string
 	r.violations, first, _ = checkOrder(ods)
@@ -293,10 +285,14 @@ func runOrderedKills(t *testing.T, dialect string, ordered bool) killRun {
 		for _, k := range kills {
 			killedAt[k.Owner] = k.At
 		}
+		counted := map[string]chaos.OrderedDelivery{}
+		for _, d := range ods {
+			counted[d.EventID] = d
+		}
 		var b strings.Builder
 		for _, u := range cl.Unexplained[:min(len(cl.Unexplained), 10)] {
 			p := counted[u.EventID]
-			fmt.Fprintf(&b, "\n  %s (key %s, #%d):", u.EventID, p.Key, p.N)
+			fmt.Fprintf(&b, "\n  %s (key %s, #%d):", u.EventID, p.AggregateID, p.Seq)
 			for _, d := range ds {
 				if d.EventID != u.EventID {
 					continue

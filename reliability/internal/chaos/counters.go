@@ -129,11 +129,11 @@ func Counted(ctx context.Context, db core.DBTX, outbox string) (map[string]Count
 
 // WriteCounted commits, in one business transaction begun by txm, count
 // events of key numbered by its counter in c, with OccurredAt skewed by
-// skew, through w. It retries failed attempts for up to a minute, each
+// skew and marked poison if poison, through w. It retries failed attempts for up to a minute, each
 // bounded by 10 s, as WriteWithRetry does; a retry writes new events (new
 // ids, numbered again by the counter), so that a COMMIT that succeeded
 // although the client saw an error leaves no gap in the key's numbers.
-func WriteCounted(txm *txctx.Manager, w *core.Writer, c Counters, key string, count int, skew time.Duration) (retries int, err error) {
+func WriteCounted(txm *txctx.Manager, w *core.Writer, c Counters, key string, count int, skew time.Duration, poison bool) (retries int, err error) {
 	deadline := time.Now().Add(time.Minute)
 	backoff := 20 * time.Millisecond
 	for {
@@ -149,7 +149,7 @@ func WriteCounted(txm *txctx.Manager, w *core.Writer, c Counters, key string, co
 			}
 			envs := make([]core.Envelope, count)
 			for i := range envs {
-				p, err := json.Marshal(CountedPayload{Key: key, N: last - int64(count) + 1 + int64(i)})
+				p, err := json.Marshal(CountedPayload{Key: key, N: last - int64(count) + 1 + int64(i), Poison: poison})
 				if err != nil {
 					return err
 				}
@@ -175,4 +175,28 @@ func WriteCounted(txm *txctx.Manager, w *core.Writer, c Counters, key string, co
 		time.Sleep(backoff) // back off before the next attempt, as an application would
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// AllCounted returns every delivery recorded in d, each with its event's key
+// and number from its payload (as WriteCounted writes them), in the order
+// the deliveries started; a delivery of an event outbox does not hold is an
+// error.
+func (d Deliveries) AllCounted(ctx context.Context, db core.DBTX, outbox string) ([]OrderedDelivery, error) {
+	ds, err := d.All(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	counted, err := Counted(ctx, db, outbox)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]OrderedDelivery, 0, len(ds))
+	for _, dl := range ds {
+		p, ok := counted[dl.EventID]
+		if !ok {
+			return nil, fmt.Errorf("delivery of %s, which the outbox table does not hold", dl.EventID)
+		}
+		out = append(out, OrderedDelivery{Delivery: dl, AggregateID: p.Key, Seq: p.N})
+	}
+	return out, nil
 }

@@ -14,7 +14,8 @@
 // and a Poller wired by hand, as before.
 //
 // A worker started with -write also writes events, through a Writer wired
-// to its own dispatcher's hot path, as an application instance does: a kill
+// to its own dispatcher's hot path (in position delivery its Outbox's
+// Writer), as an application instance does: a kill
 // then takes down writers, their open transactions and the events their
 // commits had just queued, all at once.
 //
@@ -23,8 +24,10 @@
 // "stopped delivered=<n>". A writer prints "written=<n> retries=<n>
 // ambiguous=<n>" when it is done; so does a worker's writing, once it has
 // written -events events (0: no limit) or, sooner, on SIGUSR1. With
-// -time-done a process also prints "done-write <ordered|batch> <events>
-// <nanoseconds> <ok|failed>" after each DONE batch write of its dispatcher.
+// -time-done (claim path only) a process also prints "done-write
+// <ordered|held|batch> <events> <nanoseconds> <ok|failed>" after each DONE
+// batch write of its dispatcher ("held": for events whose key rows it found
+// held, see chaos.DoneWrite).
 // Errors go to stderr; the exit status is 0 only after a clean run.
 package main
 
@@ -107,8 +110,8 @@ func main() {
 
 	var err error
 	switch {
-	case o.Position && (o.ordered || o.write || o.timeDone):
-		err = errors.New("-position does not go with -ordered, -write or -time-done")
+	case o.Position && o.timeDone:
+		err = errors.New("-position does not go with -time-done")
 	case o.Role == "worker" && o.Position:
 		err = runPositionWorker(o)
 	case o.Role == "worker":
@@ -181,22 +184,7 @@ func runWorker(o options) error {
 	}
 	owner := core.NewOwner()
 	var delivered atomic.Int64
-	reg := core.NewRegistry()
-	record := chaos.RecordingListener(db, deliveries, func() string { return owner }, o.Work, func() { delivered.Add(1) })
-	var failMu sync.Mutex
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid())))
-	err = reg.RegisterFunc(chaos.Aggregate, chaos.EventType, func(ctx context.Context, ev core.Event) error {
-		if bytes.Contains(ev.RawPayload(), []byte(`"poison":true`)) {
-			return errors.New("poison event")
-		}
-		failMu.Lock()
-		failed := rng.Float64() < o.fail
-		failMu.Unlock()
-		if failed {
-			return errors.New("injected listener failure")
-		}
-		return record(ctx, ev)
-	})
+	reg, err := registry(o, db, deliveries, func() string { return owner }, &delivered)
 	if err != nil {
 		return err
 	}
@@ -224,40 +212,77 @@ func runWorker(o options) error {
 		_ = d.Close(ctx)
 		return err
 	}
-	var errW error
-	var wg sync.WaitGroup
-	stopCh := make(chan struct{})
-	var stopOnce sync.Once
-	stopWrites := func() { stopOnce.Do(func() { close(stopCh) }) }
+	var w *core.Writer
 	if o.write {
-		w, err := core.NewWriter(core.WriterConfig{Store: st, Hook: d.WriterHook(), Logger: logger})
-		if err != nil {
+		if w, err = core.NewWriter(core.WriterConfig{Store: st, Hook: d.WriterHook(), Logger: logger}); err != nil {
 			_ = p.Close(ctx)
 			_ = d.Close(ctx)
 			return err
 		}
-		// Writing stops on SIGUSR1, or before the dispatcher closes.
-		usr1 := make(chan os.Signal, 1)
-		signal.Notify(usr1, syscall.SIGUSR1)
-		defer signal.Stop(usr1)
-		wg.Go(func() {
-			select {
-			case <-usr1:
-				stopWrites()
-			case <-stopCh:
-			}
-		})
-		wg.Go(func() { errW = write(o, db, w, stopCh) })
 	}
+	stopWrites := startWrites(o, db, w)
 	fmt.Printf("ready %s\n", owner)
 
 	chaos.WaitForStop()
-	stopWrites()
-	wg.Wait()
+	errW := stopWrites()
 	errP := p.Close(ctx)
 	errD := d.Close(ctx)
 	fmt.Printf("stopped delivered=%d\n", delivered.Load())
 	return errors.Join(errW, errP, errD)
+}
+
+// registry returns the workers' registry: the recording listener, behind
+// the failures of -fail and of poison events.
+func registry(o options, db *sql.DB, deliveries chaos.Deliveries, owner func() string, delivered *atomic.Int64) (*core.Registry, error) {
+	reg := core.NewRegistry()
+	record := chaos.RecordingListener(db, deliveries, owner, o.Work, func() { delivered.Add(1) })
+	var failMu sync.Mutex
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid())))
+	err := reg.RegisterFunc(chaos.Aggregate, chaos.EventType, func(ctx context.Context, ev core.Event) error {
+		if bytes.Contains(ev.RawPayload(), []byte(`"poison":true`)) {
+			return errors.New("poison event")
+		}
+		failMu.Lock()
+		failed := rng.Float64() < o.fail
+		failMu.Unlock()
+		if failed {
+			return errors.New("injected listener failure")
+		}
+		return record(ctx, ev)
+	})
+	return reg, err
+}
+
+// startWrites starts a worker's writes through w (nil: -write is off) and
+// returns the function that stops them, waits for them and returns their
+// error. Writing stops on SIGUSR1 too.
+func startWrites(o options, db *sql.DB, w *core.Writer) (stop func() error) {
+	if w == nil {
+		return func() error { return nil }
+	}
+	var (
+		errW     error
+		wg       sync.WaitGroup
+		stopOnce sync.Once
+	)
+	stopCh := make(chan struct{})
+	stopWrites := func() { stopOnce.Do(func() { close(stopCh) }) }
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	wg.Go(func() {
+		select {
+		case <-usr1:
+			stopWrites()
+		case <-stopCh:
+		}
+	})
+	wg.Go(func() { errW = write(o, db, w, stopCh) })
+	return func() error {
+		stopWrites()
+		wg.Wait()
+		signal.Stop(usr1)
+		return errW
+	}
 }
 
 func runWriter(o options) error {
@@ -312,10 +337,12 @@ func write(o options, db *sql.DB, w *core.Writer, stop <-chan struct{}) error {
 			for {
 				perTx := o.perTx
 				var key string
+				var poison bool
 				if o.counters != "" {
 					// One key, and mostly one event: 2 or 3 in a fifth of
 					// the transactions.
-					key, perTx = fmt.Sprint(keyRNG.IntN(o.keys)), 1
+					k := keyRNG.IntN(o.keys)
+					key, poison, perTx = fmt.Sprint(k), k < o.poisonKeys, 1
 					if x := keyRNG.Float64(); x < 0.1 {
 						perTx = 2
 					} else if x < 0.2 {
@@ -339,7 +366,7 @@ func write(o options, db *sql.DB, w *core.Writer, stop <-chan struct{}) error {
 					}
 				}
 				if o.counters != "" {
-					r, err := chaos.WriteCounted(txm, w, counters, key, count, o.skew)
+					r, err := chaos.WriteCounted(txm, w, counters, key, count, o.skew, poison)
 					retries.Add(int64(r))
 					if err != nil {
 						errMu.Lock()
@@ -414,9 +441,8 @@ func runPositionWorker(o options) error {
 		owner     string // set before Start, which starts the listeners
 		delivered atomic.Int64
 	)
-	reg := core.NewRegistry()
-	record := chaos.RecordingListener(db, deliveries, func() string { return owner }, o.Work, func() { delivered.Add(1) })
-	if err := reg.RegisterFunc(chaos.Aggregate, chaos.EventType, record); err != nil {
+	reg, err := registry(o, db, deliveries, func() string { return owner }, &delivered)
+	if err != nil {
 		return err
 	}
 	logger := o.Logger(zerolog.WarnLevel, "")
@@ -440,11 +466,17 @@ func runPositionWorker(o options) error {
 	if err := ob.Start(ctx); err != nil {
 		return err
 	}
+	var w *core.Writer
+	if o.write {
+		w = ob.Writer()
+	}
+	stopWrites := startWrites(o, db, w)
 	fmt.Printf("ready %s\n", owner)
 	chaos.WaitForStop()
+	errW := stopWrites()
 	err = ob.Close(ctx)
 	fmt.Printf("stopped delivered=%d\n", delivered.Load())
-	return err
+	return errors.Join(errW, err)
 }
 
 // runPositionWriter is runWriter in position delivery: the events are
