@@ -178,9 +178,9 @@ func WriteCounted(txm *txctx.Manager, w *core.Writer, c Counters, key string, co
 }
 
 // AllCounted returns every delivery recorded in d, each with its event's key
-// and number from its payload (as WriteCounted writes them), in the order
-// the deliveries started; a delivery of an event outbox does not hold is an
-// error.
+// and number from its payload (as WriteCounted writes them), as All orders
+// them (by event, then start); a delivery of an event outbox does not hold
+// is an error.
 func (d Deliveries) AllCounted(ctx context.Context, db core.DBTX, outbox string) ([]OrderedDelivery, error) {
 	ds, err := d.All(ctx, db)
 	if err != nil {
