@@ -125,9 +125,37 @@ func newTimedStore(st store.SchemaManager, cs *callStats, waiting func(ids []str
 	}
 	ts.bm = bm
 	if os, ok := core.StoreAs[core.OrderedStore](st); ok && len(os.Ordering()) > 0 {
-		return &timedOrderedStore{timedBatchStore{ts}, os, waiting}
+		tos := &timedOrderedStore{timedBatchStore{ts}, os, waiting}
+		if nw, ok := os.(core.OrderedNoWaitMarker); ok {
+			return &timedNoWaitStore{tos, nw}
+		}
+		return tos
 	}
 	return &timedBatchStore{ts}
+}
+
+// timedNoWaitStore adds the timed core.OrderedNoWaitMarker to a
+// timedOrderedStore, so that the dispatcher writes its ordered DONE outcomes
+// as it does without the wrapper: a call is timed as a DONE write of the
+// ids it wrote, and those whose key rows were held are timed when the
+// held-key writer's MarkDoneOrdered writes them.
+type timedNoWaitStore struct {
+	*timedOrderedStore
+	nw core.OrderedNoWaitMarker
+}
+
+func (s *timedNoWaitStore) MarkDoneOrderedNoWait(ctx context.Context, db core.DBTX, owner string, ids []string, now time.Time) (int64, []core.Event, []string, error) {
+	t := time.Now()
+	n, promoted, held, err := s.nw.MarkDoneOrderedNoWait(ctx, db, owner, ids, now)
+	written := ids
+	if len(held) > 0 {
+		written = slices.DeleteFunc(slices.Clone(ids), func(id string) bool {
+			_, ok := slices.BinarySearch(held, id)
+			return ok
+		})
+	}
+	s.doneCall(written, t, err)
+	return n, promoted, held, err
 }
 
 func (s *timedStore) Insert(ctx context.Context, db core.DBTX, envs []core.Envelope, opts core.InsertOptions) error {
