@@ -27,28 +27,14 @@ func NoWaitLeavesHeldKey(t *testing.T, tg Target) {
 	if !ok {
 		t.Fatalf("%T does not implement core.OrderedNoWaitMarker", st)
 	}
-	env := func(id, aggType, key string) core.Envelope {
-		e, err := core.NewEnvelope(core.EnvelopeSpec{ID: id, Type: core.EventName("Placed"),
-			AggregateType: core.AggregateName(aggType), AggregateID: key, JSON: []byte(`{}`)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
+	env := func(id, aggType, key string) core.Envelope { return OrderedEnv(t, id, aggType, key) }
 	const owner = "finisher"
 	if _, err := st.InsertOrdered(ctx, tg.DB, []core.Envelope{env("A-1", "Order", "A"), env("B-1", "Order", "B"),
 		env("B-2", "Order", "B"), env("U-1", "Unordered", "U")},
 		core.InsertOptions{LeaseOwner: owner, LeaseAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := tg.DB.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	if res, err := st.InsertOrdered(ctx, tx, []core.Envelope{env("A-2", "Order", "A")}, core.InsertOptions{}); err != nil || len(res.Waiting) != 1 {
-		t.Fatalf("write A-2: waiting %v, err %v", res.Waiting, err)
-	}
+	tx := HoldKey(t, tg, env("A-2", "Order", "A"))
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	n, promoted, held, err := nw.MarkDoneOrderedNoWait(wctx, tg.DB, owner, []string{"A-1", "B-1", "U-1"}, time.Now())

@@ -23,27 +23,13 @@ func DoneBatchPassesHeldKey(t *testing.T, tg Target) {
 	if !ok {
 		t.Fatalf("%T is not ordered", tg.Ordered)
 	}
-	env := func(id, key string) core.Envelope {
-		e, err := core.NewEnvelope(core.EnvelopeSpec{ID: id, Type: core.EventName("Placed"),
-			AggregateType: core.AggregateName("Order"), AggregateID: key, JSON: []byte(`{}`)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e
-	}
+	env := func(id, key string) core.Envelope { return OrderedEnv(t, id, "Order", key) }
 	const owner = "finisher"
 	if _, err := st.InsertOrdered(ctx, tg.DB, []core.Envelope{env("A-1", "A"), env("B-1", "B")},
 		core.InsertOptions{LeaseOwner: owner, LeaseAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := tg.DB.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	if res, err := st.InsertOrdered(ctx, tx, []core.Envelope{env("A-2", "A")}, core.InsertOptions{}); err != nil || len(res.Waiting) != 1 {
-		t.Fatalf("write A-2: waiting %v, err %v", res.Waiting, err)
-	}
+	tx := HoldKey(t, tg, env("A-2", "A"))
 	// B-1's DONE commits while the writer of A-2 is still open.
 	wait := MarkDoneWhileHeld(t, tg, st, owner, []string{"A-1", "B-1"}, "the writer of A-2 was open", "B-1", core.StatusDone)
 	if ev, err := tg.Store.Get(ctx, tg.DB, "A-1"); err != nil || ev.Status == core.StatusDone {
