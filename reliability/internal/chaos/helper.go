@@ -45,20 +45,24 @@ func RecordingListener(db *sql.DB, d Deliveries, owner func() string, work time.
 	}
 }
 
-// WaitForStop blocks until the helper process is asked to stop: SIGTERM or
-// SIGINT from the supervisor, or its stdin closing, which means that the
-// supervisor died.
-func WaitForStop() {
+// CatchStop registers for the signals that ask the helper process to stop
+// and returns the wait for them: it blocks until SIGTERM or SIGINT arrives
+// from the supervisor, or stdin closes, which means that the supervisor
+// died. Call it before the process says it is ready, so that a stop sent
+// right after is not lost to the signal's default action.
+func CatchStop() (wait func()) {
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(stop)
-	orphaned := make(chan struct{})
-	go func() { // ends with the process: it only watches stdin
-		_, _ = io.Copy(io.Discard, bufio.NewReader(os.Stdin))
-		close(orphaned)
-	}()
-	select {
-	case <-stop:
-	case <-orphaned:
+	return func() {
+		defer signal.Stop(stop)
+		orphaned := make(chan struct{})
+		go func() { // ends with the process: it only watches stdin
+			_, _ = io.Copy(io.Discard, bufio.NewReader(os.Stdin))
+			close(orphaned)
+		}()
+		select {
+		case <-stop:
+		case <-orphaned:
+		}
 	}
 }

@@ -221,9 +221,9 @@ func runWorker(o options) error {
 		}
 	}
 	stopWrites := startWrites(o, db, w)
+	waitForStop := chaos.CatchStop()
 	fmt.Printf("ready %s\n", owner)
-
-	chaos.WaitForStop()
+	waitForStop()
 	errW := stopWrites()
 	errP := p.Close(ctx)
 	errD := d.Close(ctx)
@@ -471,8 +471,9 @@ func runPositionWorker(o options) error {
 		w = ob.Writer()
 	}
 	stopWrites := startWrites(o, db, w)
+	waitForStop := chaos.CatchStop()
 	fmt.Printf("ready %s\n", owner)
-	chaos.WaitForStop()
+	waitForStop()
 	errW := stopWrites()
 	err = ob.Close(ctx)
 	fmt.Printf("stopped delivered=%d\n", delivered.Load())

@@ -134,6 +134,7 @@ func runRelay(o options) error {
 	if err := ob.Start(ctx); err != nil {
 		return err
 	}
+	waitForStop := chaos.CatchStop()
 	say("ready %s", owner)
 
 	// Watch for the moment this instance becomes active, to print it: the
@@ -160,7 +161,7 @@ func runRelay(o options) error {
 		}
 	}()
 
-	chaos.WaitForStop()
+	waitForStop()
 	close(stopWatch)
 	<-watchDone
 	err = ob.Close(ctx)
