@@ -149,10 +149,7 @@ func (s *timedNoWaitStore) MarkDoneOrderedNoWait(ctx context.Context, db core.DB
 	n, promoted, held, err := s.nw.MarkDoneOrderedNoWait(ctx, db, owner, ids, now)
 	written := ids
 	if len(held) > 0 {
-		written = slices.DeleteFunc(slices.Clone(ids), func(id string) bool {
-			_, ok := slices.BinarySearch(held, id)
-			return ok
-		})
+		written = slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return slices.Contains(held, id) })
 	}
 	s.doneCall(written, t, err)
 	return n, promoted, held, err

@@ -33,7 +33,7 @@ func (d *Dispatcher) writeDoneOrdered(ctx context.Context, owner string, ops []w
 	var (
 		n        int64
 		promoted []core.Event
-		held     []string // sorted
+		held     []string
 		err      error
 	)
 	if !wait && d.held != nil {
@@ -51,8 +51,15 @@ func (d *Dispatcher) writeDoneOrdered(ctx context.Context, owner string, ops []w
 		d.log.LogAttrs(ctx, slog.LevelWarn, "outbox write-back fenced for part of a batch of delivered ordered events: leases lost to another owner or rows terminal",
 			slog.Int("events", len(ids)-len(held)), slog.Int64("written", n), slog.String("first_event_id", ids[0]))
 	}
+	var isHeld map[string]bool // the store does not promise held in any order
+	if len(held) > 0 {
+		isHeld = make(map[string]bool, len(held))
+		for _, id := range held {
+			isHeld[id] = true
+		}
+	}
 	for _, op := range ops {
-		if _, ok := slices.BinarySearch(held, op.e.id); ok {
+		if isHeld[op.e.id] {
 			d.held.in <- op // tracked until the held-key writer writes it
 			continue
 		}
