@@ -21,3 +21,7 @@ func LegacyDDL(s *Store) []string { return s.shared.BaseDDL() }
 func KeyPlanStatements(s *Store, aggType string, aggIDs []string, now time.Time) []sqlstore.Statement {
 	return sqlstore.KeyPlanStatements(s.shared, aggType, aggIDs, now)
 }
+
+// NextPosSQL returns the expression of a new STREAM row's position on s's
+// table, as its INSERT runs it.
+func NextPosSQL(s *Store) string { return sqlstore.RenderDDL(positionSQL.NextPos, s.table, quote) }
