@@ -74,20 +74,40 @@ func newWatchFixture(t *testing.T) watchFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.poller.Close(context.Background()) })
-	// The first poll runs at Start; the second only because the watch,
-	// once subscribed, woke the poller (the interval is an hour).
-	f.waitClaims(t, 2)
+	// The first poll runs at Start. Once it has run and the watch is
+	// subscribed, only the watch can make the poller claim again (the
+	// interval is an hour). The watch's first wake-up may be served by
+	// that first poll or by one more: either is right, so it is the
+	// subscription the fixture waits for, not a count of claims.
+	f.waitClaim(t)
+	f.waitListening(t, 0)
 	return f
 }
 
-func (f watchFixture) waitClaims(t *testing.T, n int) {
+// waitListening waits until one backend other than old is subscribed to the
+// fixture's channel and idle (its LISTEN has taken effect), and returns it.
+func (f watchFixture) waitListening(t *testing.T, old int) int {
 	t.Helper()
-	for range n {
-		select {
-		case <-f.claimed:
-		case <-time.After(30 * time.Second):
-			t.Fatal("the poller did not claim: its watch never woke it")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for _, pid := range f.listeners(t, "idle") {
+			if pid != old {
+				return pid
+			}
 		}
+		if time.Now().After(deadline) {
+			t.Fatal("no backend subscribed to the channel within 30s")
+		}
+		time.Sleep(10 * time.Millisecond) // polling the server's view; nothing to wait on
+	}
+}
+
+func (f watchFixture) waitClaim(t *testing.T) {
+	t.Helper()
+	select {
+	case <-f.claimed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the poller's first claim, at Start, did not come within 30s")
 	}
 }
 
@@ -126,12 +146,14 @@ func (f watchFixture) expect(t *testing.T, id string) {
 	}
 }
 
-// listeners returns the backends listening on the fixture's channel: its
-// name holds the table's, which is unique to the test.
-func (f watchFixture) listeners(t *testing.T) []int {
+// listeners returns the backends listening on the fixture's channel (its
+// name holds the table's, which is unique to the test), only those in state
+// when state is not empty.
+func (f watchFixture) listeners(t *testing.T, state string) []int {
 	t.Helper()
 	rows, err := f.tg.DB.QueryContext(context.Background(),
-		`SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND strpos(query, $1) > 0`, f.tg.Table)
+		`SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %' AND strpos(query, $1) > 0
+		   AND ($2 = '' OR state = $2)`, f.tg.Table, state)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,15 +189,16 @@ func TestWatchPostgres(t *testing.T) {
 	t.Run("reconnects after its backend is killed", func(t *testing.T) {
 		t.Parallel()
 		f := newWatchFixture(t)
-		pids := f.listeners(t)
+		pids := f.listeners(t, "")
 		if len(pids) != 1 {
 			t.Fatalf("listening backends = %v, want one", pids)
 		}
 		if _, err := f.tg.DB.ExecContext(t.Context(), `SELECT pg_terminate_backend($1)`, pids[0]); err != nil {
 			t.Fatal(err)
 		}
-		// Subscribed again, the watch wakes the poller once more.
-		f.waitClaims(t, 1)
+		// The watch subscribes again on a new backend, and what is
+		// committed after that reaches the poller through it.
+		f.waitListening(t, pids[0])
 		f.writePlain(t, "after-kill")
 		f.expect(t, "after-kill")
 	})
@@ -188,9 +211,9 @@ func TestWatchPostgres(t *testing.T) {
 		// The poller's goroutines are gone (goleak checks at the end); the
 		// connection was closed, and the server ends its backend soon after.
 		deadline := time.Now().Add(30 * time.Second)
-		for len(f.listeners(t)) > 0 {
+		for len(f.listeners(t, "")) > 0 {
 			if time.Now().After(deadline) {
-				t.Fatalf("backend still listening 30s after Close: %v", f.listeners(t))
+				t.Fatalf("backend still listening 30s after Close: %v", f.listeners(t, ""))
 			}
 			time.Sleep(10 * time.Millisecond) // polling the server's view; nothing to wait on
 		}
