@@ -55,6 +55,7 @@
 //	method)
 //	StoreUnwrapper             Store           wrappers (outboxotel)       StoreAs: the wrapped store's capabilities stay visible
 //	AsyncListener              Listener        the broker publishers       dispatch: Workers left zero runs the largest InFlight
+//	BatchListener              Listener        jetstream.Publisher         dispatch: a worker hands it the queued events together
 //	LatencyMetrics             Metrics         metrics/prometheus,         dispatch, poller: duration histograms
 //	                                           outboxotel
 //	LeasingHook                WriterHook      the dispatcher's hook       Writer: inserts events leased by the hook's owner

@@ -31,6 +31,29 @@ type AsyncListener interface {
 	InFlight() int
 }
 
+// BatchListener is the optional capability of a Listener that delivers
+// several events in one call (a broker publisher that sends them back to
+// back and waits for their acknowledgements together). When a worker takes
+// an event whose listener is a BatchListener, it takes the queued events of
+// the same listener with it, up to MaxBatch, and calls HandleBatch once:
+// one call costs the process far less than one Handle per event, each in
+// its own worker. HandleBatch returns one error per event, in order (nil:
+// delivered); each outcome is recorded as Handle's would be. A panic fails
+// every event of the batch, and so does a lease found lost during the call:
+// the batch shares one context, which it cancels. Events of one ordered key
+// are never in one batch. The dispatcher calls Handle, not HandleBatch,
+// when it runs interceptors, which wrap one event each. A wrapper that adds
+// behaviour around such a listener should implement HandleBatch too, or the
+// dispatcher calls Handle.
+type BatchListener interface {
+	Listener
+	// MaxBatch returns the most events HandleBatch takes at once.
+	MaxBatch() int
+	// HandleBatch delivers evs and returns their outcomes: errs[i] is
+	// evs[i]'s. len(errs) must be len(evs).
+	HandleBatch(ctx context.Context, evs []Event) (errs []error)
+}
+
 // ListenerFunc adapts a function to Listener.
 type ListenerFunc func(ctx context.Context, ev Event) error
 

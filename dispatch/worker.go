@@ -2,21 +2,173 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/delivery"
 )
 
-// work is one worker: it takes events until shutdown and processes each.
+// work is one worker: it takes events until shutdown and processes each,
+// several at once for a core.BatchListener.
 func (d *Dispatcher) work(ctx context.Context) {
+	var b batch
 	for {
 		it, hot, ok := d.next()
 		if !ok {
 			return
 		}
+		if bl := d.batchListener(it.ev); bl != nil {
+			d.processBatch(ctx, bl, it, hot, &b)
+			continue
+		}
 		d.process(ctx, it.ev, it.e, hot)
 	}
+}
+
+// batchListener returns ev's listener when it takes batches and the
+// dispatcher runs no interceptors (they wrap one event each), nil otherwise.
+func (d *Dispatcher) batchListener(ev core.Event) core.BatchListener {
+	if len(d.cfg.Interceptors) > 0 {
+		return nil
+	}
+	l, ok := d.cfg.Registry.Lookup(ev.AggregateType(), ev.Type())
+	if !ok {
+		return nil
+	}
+	bl, ok := l.(core.BatchListener)
+	if !ok || bl.MaxBatch() < 2 {
+		return nil
+	}
+	return bl
+}
+
+// batch is a worker's buffers for processBatch, reused from one batch to
+// the next.
+type batch struct {
+	items  []item
+	evs    []core.Event
+	others []item // taken from the queue for another listener
+}
+
+// processBatch delivers first and the events queued behind it for the same
+// listener (up to its MaxBatch, taken without waiting from first's queue)
+// in one HandleBatch call, and records each outcome. Events taken for other
+// listeners are processed one by one after it. The batch shares one
+// listener context: a lease found lost cancels the whole call, and the
+// events whose lease is still held are retried.
+func (d *Dispatcher) processBatch(ctx context.Context, bl core.BatchListener, first item, hot bool, b *batch) {
+	q := d.cold
+	if hot {
+		q = d.hot
+	}
+	b.items = append(b.items[:0], first)
+	for limit := bl.MaxBatch(); len(b.items) < limit; {
+		var it item
+		select {
+		case it = <-q:
+		default:
+		}
+		if it.e == nil {
+			break
+		}
+		if l, ok := d.cfg.Registry.Lookup(it.ev.AggregateType(), it.ev.Type()); ok && sameListener(l, bl) {
+			b.items = append(b.items, it)
+		} else {
+			b.others = append(b.others, it)
+		}
+	}
+	now := d.cfg.Now()
+	d.cfg.Metrics.QueueDepths(len(d.hot), len(d.cold))
+	lctx, cancel := context.WithCancelCause(ctx)
+	if d.cfg.ListenerTimeout > 0 {
+		var cancelT context.CancelFunc
+		lctx, cancelT = context.WithTimeout(lctx, d.cfg.ListenerTimeout)
+		defer cancelT()
+	}
+	defer cancel(nil)
+	live := b.items[:0]
+	b.evs = b.evs[:0]
+	for _, it := range b.items {
+		if !it.ev.CreatedAt.IsZero() {
+			d.cfg.Metrics.OldestLag(now.Sub(it.ev.CreatedAt))
+		}
+		if !d.inflight.begin(it.e, cancel) {
+			d.logEvent(ctx, slog.LevelWarn, it.ev, "outbox lease lost while the event was queued; not delivered")
+			continue
+		}
+		if d.latency != nil {
+			d.latency.DeliveryLatency(deliveryLatency(it.ev, hot, now))
+		}
+		live = append(live, it)
+		b.evs = append(b.evs, it.ev)
+	}
+	if len(live) > 0 {
+		start := time.Now()
+		errs := callBatch(lctx, bl, b.evs)
+		if d.latency != nil {
+			took := time.Since(start)
+			for range live {
+				d.latency.ListenerDuration(took)
+			}
+		}
+		for i, it := range live {
+			res := delivered
+			if errs[i] != nil {
+				res = failed
+			}
+			d.record(ctx, it.e, it.ev, res, errs[i])
+		}
+	}
+	clear(b.items)
+	clear(b.evs)
+	others := b.others
+	b.others = b.others[:0]
+	for i, it := range others {
+		d.process(ctx, it.ev, it.e, hot)
+		others[i] = item{}
+	}
+}
+
+// sameListener reports whether l is bl: the same value of the same type.
+// Values of a type that cannot be compared are never the same, so that
+// comparing them cannot panic.
+func sameListener(l core.Listener, bl core.BatchListener) bool {
+	t := reflect.TypeOf(l)
+	return t == reflect.TypeOf(bl) && t.Comparable() && isSame(l, bl)
+}
+
+// isSame compares a and b, false where the comparison panics (a comparable
+// struct holding an interface whose value is not).
+func isSame(a core.Listener, b core.BatchListener) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == core.Listener(b)
+}
+
+// callBatch calls l.HandleBatch, and turns a panic, or a result of the wrong
+// length, into an error for every event.
+func callBatch(ctx context.Context, l core.BatchListener, evs []core.Event) (errs []error) {
+	var err error
+	func() {
+		defer delivery.Recover(&err)
+		errs = l.HandleBatch(ctx, evs)
+	}()
+	if err == nil && len(errs) != len(evs) {
+		err = fmt.Errorf("outbox: %T.HandleBatch returned %d results for %d events", l, len(errs), len(evs))
+	}
+	if err != nil {
+		errs = make([]error, len(evs))
+		for i := range errs {
+			errs[i] = err
+		}
+	}
+	return errs
 }
 
 // process delivers one event and records its outcome. The listener runs on a

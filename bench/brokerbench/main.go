@@ -77,6 +77,7 @@ var (
 	flagDelivery = flag.String("delivery", "claim,position", "the outbox drains to run, each beside the raw loop in every round: "+
 		"claim (outbox.DeliveryClaim: claims and DONE writes) and position (outbox.DeliveryPosition: the backlog written as STREAM rows "+
 		"and read by position, no write per delivered event), comma-separated")
+	flagBatchL  = flag.Bool("batch", true, "hand a publisher that takes batches (core.BatchListener) the queued events together")
 	flagDefault = flag.Bool("defaults", false, "run the outbox at the library's defaults, as a user who sets nothing: no Workers, queue "+
 		"sizes or poller settings (-workers and -poll-batch are ignored); the publisher's InFlight sizes the workers")
 )
@@ -101,6 +102,31 @@ type asyncFunc struct {
 }
 
 func (a asyncFunc) InFlight() int { return a.n }
+
+// batchFunc is asyncFunc for a publisher that takes batches
+// (core.BatchListener): it calls each for every event delivered.
+type batchFunc struct {
+	asyncFunc
+	b        core.BatchListener
+	each     func(core.Event)
+	progress chan struct{}
+}
+
+func (f *batchFunc) MaxBatch() int { return f.b.MaxBatch() }
+
+func (f *batchFunc) HandleBatch(ctx context.Context, evs []core.Event) []error {
+	errs := f.b.HandleBatch(ctx, evs)
+	for i, ev := range evs {
+		if errs[i] == nil {
+			f.each(ev)
+		}
+	}
+	select {
+	case f.progress <- struct{}{}:
+	default:
+	}
+	return errs
+}
 
 // target is one broker: a raw loop, and a listener that publishes to it.
 type target interface {
@@ -516,6 +542,17 @@ func outboxRun(ctx context.Context, tg target, meter cpuMeter, payload []byte, d
 	if a, ok := tg.Listener().(core.AsyncListener); ok {
 		// The no-op drain too: the outbox's ceiling at the same workers.
 		registered = asyncFunc{listener, a.InFlight()}
+		if b, ok := pub.(core.BatchListener); ok && *flagBatchL {
+			registered = &batchFunc{asyncFunc: asyncFunc{listener, a.InFlight()}, b: b, each: func(ev core.Event) {
+				now := time.Now()
+				if t0, ok := commitAt.Load(ev.ID()); ok {
+					latMu.Lock()
+					lat = append(lat, now.Sub(t0.(time.Time)))
+					latMu.Unlock()
+				}
+				acked.Add(1)
+			}, progress: progress}
+		}
 	}
 	reg := core.NewRegistry()
 	if err := reg.RegisterFallback(registered); err != nil {

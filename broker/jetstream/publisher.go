@@ -218,6 +218,59 @@ func (p *Publisher) Handle(ctx context.Context, ev core.Event) error {
 	}
 }
 
+// maxBatch caps the events of one HandleBatch call.
+const maxBatch = 256
+
+var _ core.BatchListener = (*Publisher)(nil)
+
+// MaxBatch implements core.BatchListener: 256 events, or fewer when
+// MaxPending is smaller.
+func (p *Publisher) MaxBatch() int { return max(1, min(maxBatch, p.cfg.MaxPending-1)) }
+
+// HandleBatch publishes evs back to back and waits for their
+// acknowledgements: errs[i] is what Handle would have returned for evs[i].
+// It implements core.BatchListener, so that a dispatcher hands the
+// publisher the events queued for it together, in one worker. With ctx
+// already done it publishes nothing.
+func (p *Publisher) HandleBatch(ctx context.Context, evs []core.Event) []error {
+	errs := make([]error, len(evs))
+	if ctx.Err() != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("jetstream: not published: %w", context.Cause(ctx))
+		}
+		return errs
+	}
+	futs := make([]jetstream.PubAckFuture, len(evs))
+	subjects := make([]string, len(evs))
+	for i, ev := range evs {
+		m := p.Message(ev)
+		subjects[i] = m.Subject
+		if m.Subject == "" {
+			errs[i] = core.Permanent(errors.New("jetstream: empty subject"))
+			continue
+		}
+		f, err := p.publishOne(m)
+		if err != nil {
+			errs[i] = classify(m.Subject, err)
+			continue
+		}
+		futs[i] = f
+	}
+	for i, f := range futs {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs[i] = classify(subjects[i], err)
+		case <-ctx.Done():
+			errs[i] = fmt.Errorf("jetstream: publish to %s: waiting for ack: %w", subjects[i], context.Cause(ctx))
+		}
+	}
+	return errs
+}
+
 // publish publishes m asynchronously and returns its ack future.
 //
 // Concurrent calls take turns: the first becomes the sender and, after

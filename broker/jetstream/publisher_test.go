@@ -223,6 +223,64 @@ func TestPublishNoStreamIsRetried(t *testing.T) {
 	}
 }
 
+// TestHandleBatch: each event of a batch gets Handle's outcome: stored and
+// acknowledged (a duplicate id too, stored once), a permanent error for an
+// empty subject, a retryable one for a subject no stream takes; and a
+// cancelled context fails what is still waiting for its acknowledgement.
+func TestHandleBatch(t *testing.T) {
+	t.Parallel()
+	nc, js := connect(t, testbroker.NATSURL(t))
+	stream, prefix := newStream(t, js, 1)
+	nowhere := testbroker.UniqueName("nostream")
+	p := newPublisher(t, outboxjs.Config{Conn: nc, AckTimeout: 2 * time.Second, Subject: func(ev core.Event) string {
+		switch ev.Type() {
+		case "Empty":
+			return ""
+		case "Nowhere":
+			return nowhere + ".x"
+		}
+		return prefix + "." + ev.Type()
+	}})
+	if p.MaxBatch() < 2 {
+		t.Fatalf("MaxBatch() = %d: the publisher takes no batches", p.MaxBatch())
+	}
+	a, b := newEvent(t, "Placed", "o-1"), newEvent(t, "Placed", "o-2")
+	evs := []core.Event{a, newEvent(t, "Empty", "o-3"), b, newEvent(t, "Nowhere", "o-4"), a}
+	errs := p.HandleBatch(context.Background(), evs)
+	if len(errs) != len(evs) {
+		t.Fatalf("%d results for %d events", len(errs), len(evs))
+	}
+	var perm *core.PermanentError
+	for i, want := range []string{"stored", "permanent", "stored", "retryable", "stored"} {
+		err := errs[i]
+		switch want {
+		case "stored":
+			if err != nil {
+				t.Errorf("event %d: %v, want it stored", i, err)
+			}
+		case "permanent":
+			if !errors.As(err, &perm) {
+				t.Errorf("event %d (empty subject): %v, want a permanent error", i, err)
+			}
+		case "retryable":
+			if err == nil || errors.As(err, &perm) {
+				t.Errorf("event %d (no stream): %v, want a retryable error", i, err)
+			}
+		}
+	}
+	if ids := streamIDs(t, js, stream); len(ids) != 2 || ids[a.ID()] != 1 || ids[b.ID()] != 1 {
+		t.Errorf("stream holds %v, want %s and %s once each", ids, a.ID(), b.ID())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i, err := range p.HandleBatch(ctx, []core.Event{newEvent(t, "Nowhere", "o-5"), newEvent(t, "Nowhere", "o-6")}) {
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled batch, event %d: %v", i, err)
+		}
+	}
+}
+
 func TestPublishCancelled(t *testing.T) {
 	t.Parallel()
 	nc, _ := connect(t, testbroker.NATSURL(t))
