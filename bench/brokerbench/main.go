@@ -110,11 +110,15 @@ type batchFunc struct {
 	b        core.BatchListener
 	each     func(core.Event)
 	progress chan struct{}
+
+	calls, events atomic.Int64
 }
 
 func (f *batchFunc) MaxBatch() int { return f.b.MaxBatch() }
 
 func (f *batchFunc) HandleBatch(ctx context.Context, evs []core.Event) []error {
+	f.calls.Add(1)
+	f.events.Add(int64(len(evs)))
 	errs := f.b.HandleBatch(ctx, evs)
 	for i, ev := range evs {
 		if errs[i] == nil {
@@ -233,6 +237,7 @@ type drains struct {
 	obTotal, noopTotal      time.Duration
 	obCPU, noopCPU          cpuUse
 	obClaims, obClaimed     int64
+	obCalls, obCallEvents   int64 // HandleBatch calls of the publisher, and their events
 	noopClaims, noopClaimed int64
 	lat                     []time.Duration
 }
@@ -316,6 +321,7 @@ func measure(ctx context.Context, tg target, payload []byte) (string, error) {
 			acc.obTotal += r.drain
 			acc.obCPU = acc.obCPU.add(r.cpu)
 			acc.obClaims, acc.obClaimed = acc.obClaims+r.claims, acc.obClaimed+r.claimed
+			acc.obCalls, acc.obCallEvents = acc.obCalls+r.calls, acc.obCallEvents+r.callEvents
 			acc.obRates = append(acc.obRates, float64(*flagN)/r.drain.Seconds())
 			acc.lat = append(acc.lat, r.lat...)
 			if n, err := tg.Count(ctx); err != nil || n < *flagN {
@@ -349,7 +355,7 @@ func measure(ctx context.Context, tg target, payload []byte) (string, error) {
 		slices.Sort(acc.lat)
 		fmt.Printf("| %s | outbox backlog drain, %s | %.0f | %.2f | %s | %s | %s | %s | %s | %s |\n", tg.Name(), name, ob, ob/raw, rates(acc.obRates),
 			ms(pct(acc.lat, 50)), ms(pct(acc.lat, 99)), ms(pct(acc.lat, 100)), acc.obCPU.perMsg(total),
-			claimsPer(acc.obClaims, acc.obClaimed))
+			claimsPer(acc.obClaims, acc.obClaimed)+callsPer(acc.obCalls, acc.obCallEvents))
 		noop := float64(total) / acc.noopTotal.Seconds()
 		fmt.Printf("| %s | outbox drain, %s, no-op listener (ceiling) | %.0f | %.2f | %s | | | | %s | %s |\n", tg.Name(), name, noop, noop/raw, rates(acc.noopRates),
 			acc.noopCPU.perMsg(total), claimsPer(acc.noopClaims, acc.noopClaimed))
@@ -420,6 +426,14 @@ func events(n int, payload []byte) ([]core.Event, error) {
 	return evs, nil
 }
 
+// callsPer describes the publisher's HandleBatch calls, if it had any.
+func callsPer(calls, events int64) string {
+	if calls == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d batches (%.0f)", calls, float64(events)/float64(calls))
+}
+
 func claimsPer(claims, events int64) string {
 	return fmt.Sprintf("%d (%.0f)", claims, float64(events)/float64(max(claims, 1)))
 }
@@ -450,10 +464,11 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(
 // runResult is what outboxRun measured: the drain's duration and CPU use,
 // and the commit-to-ack latencies of the live events.
 type runResult struct {
-	drain           time.Duration
-	cpu             cpuUse
-	claims, claimed int64 // claims that returned events during the drain, and their events
-	lat             []time.Duration
+	drain             time.Duration
+	cpu               cpuUse
+	claims, claimed   int64 // claims that returned events during the drain, and their events
+	calls, callEvents int64 // HandleBatch calls of the publisher during the drain, and their events
+	lat               []time.Duration
 }
 
 func outboxRun(ctx context.Context, tg target, meter cpuMeter, payload []byte, dv outbox.Delivery, live, noop bool) (runResult, error) {
@@ -539,11 +554,12 @@ func outboxRun(ctx context.Context, tg target, meter cpuMeter, payload []byte, d
 		return nil
 	})
 	var registered core.Listener = listener
+	var batches *batchFunc
 	if a, ok := tg.Listener().(core.AsyncListener); ok {
 		// The no-op drain too: the outbox's ceiling at the same workers.
 		registered = asyncFunc{listener, a.InFlight()}
 		if b, ok := pub.(core.BatchListener); ok && *flagBatchL {
-			registered = &batchFunc{asyncFunc: asyncFunc{listener, a.InFlight()}, b: b, each: func(ev core.Event) {
+			batches = &batchFunc{asyncFunc: asyncFunc{listener, a.InFlight()}, b: b, each: func(ev core.Event) {
 				now := time.Now()
 				if t0, ok := commitAt.Load(ev.ID()); ok {
 					latMu.Lock()
@@ -552,6 +568,7 @@ func outboxRun(ctx context.Context, tg target, meter cpuMeter, payload []byte, d
 				}
 				acked.Add(1)
 			}, progress: progress}
+			registered = batches
 		}
 	}
 	reg := core.NewRegistry()
@@ -606,6 +623,9 @@ func outboxRun(ctx context.Context, tg target, meter cpuMeter, payload []byte, d
 	stopProfile()
 	res := runResult{drain: time.Since(start), cpu: meter.read().sub(c0),
 		claims: counted.claims.Load(), claimed: counted.events.Load()}
+	if batches != nil {
+		res.calls, res.callEvents = batches.calls.Load(), batches.events.Load()
+	}
 	if !live {
 		return res, nil
 	}
