@@ -179,12 +179,25 @@ func (d *Dispatcher) Workers() int {
 	}
 	n := DefaultWorkers
 	for _, l := range d.cfg.Registry.Listeners() {
-		if a, ok := l.(core.AsyncListener); ok {
-			n = max(n, min(a.InFlight(), maxAutoWorkers))
+		a, ok := l.(core.AsyncListener)
+		if !ok {
+			continue
 		}
+		want := min(a.InFlight(), maxAutoWorkers)
+		if bl := d.batching(l); bl != nil {
+			// Each call carries up to MaxBatch events: an eighth of
+			// InFlight workers, or as many as full batches need to carry
+			// InFlight events, leave the queue time to form batches.
+			want = min(want, max(want/batchWorkerShare, (want+bl.MaxBatch()-1)/bl.MaxBatch()))
+		}
+		n = max(n, want)
 	}
 	return n
 }
+
+// batchWorkerShare is the share of an asynchronous listener's InFlight that
+// Workers asks for when the listener takes batches (see Workers).
+const batchWorkerShare = 8
 
 // Start launches the workers and returns at once. It returns
 // core.ErrAlreadyStarted if the dispatcher was started before and

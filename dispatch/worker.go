@@ -20,7 +20,7 @@ func (d *Dispatcher) work(ctx context.Context) {
 		if !ok {
 			return
 		}
-		if bl := d.batchListener(it.ev); bl != nil {
+		if bl := d.batchListenerOf(it.ev); bl != nil {
 			d.processBatch(ctx, bl, it, hot, &b)
 			continue
 		}
@@ -28,14 +28,21 @@ func (d *Dispatcher) work(ctx context.Context) {
 	}
 }
 
-// batchListener returns ev's listener when it takes batches and the
-// dispatcher runs no interceptors (they wrap one event each), nil otherwise.
-func (d *Dispatcher) batchListener(ev core.Event) core.BatchListener {
-	if len(d.cfg.Interceptors) > 0 {
-		return nil
-	}
+// batchListenerOf returns ev's listener if the dispatcher hands it batches
+// (see batching), nil otherwise.
+func (d *Dispatcher) batchListenerOf(ev core.Event) core.BatchListener {
 	l, ok := d.cfg.Registry.Lookup(ev.AggregateType(), ev.Type())
 	if !ok {
+		return nil
+	}
+	return d.batching(l)
+}
+
+// batching returns l as a core.BatchListener if the dispatcher hands it
+// batches: it takes more than one event at once, and the dispatcher runs
+// no interceptors (they wrap one event each). Otherwise nil.
+func (d *Dispatcher) batching(l core.Listener) core.BatchListener {
+	if len(d.cfg.Interceptors) > 0 {
 		return nil
 	}
 	bl, ok := l.(core.BatchListener)

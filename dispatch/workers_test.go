@@ -24,6 +24,18 @@ func (a asyncListener) InFlight() int { return a.n }
 
 var _ core.AsyncListener = asyncListener{}
 
+// asyncBatch is an asyncListener that takes batches of up to max events.
+type asyncBatch struct {
+	asyncListener
+	max int
+}
+
+func (a asyncBatch) MaxBatch() int { return a.max }
+
+func (a asyncBatch) HandleBatch(context.Context, []core.Event) []error { return nil }
+
+var _ core.BatchListener = asyncBatch{}
+
 func TestWorkersSizedByAsyncListener(t *testing.T) {
 	t.Parallel()
 	noop := func(context.Context, core.Event) error { return nil }
@@ -46,6 +58,21 @@ func TestWorkersSizedByAsyncListener(t *testing.T) {
 		}, 300},
 		{"InFlight below the default", auto, func(r *core.Registry) error { return r.RegisterFallback(asyncListener{noop, 2}) }, dispatch.DefaultWorkers},
 		{"InFlight capped", auto, func(r *core.Registry) error { return r.RegisterFallback(asyncListener{noop, 1 << 20}) }, 4096},
+		{"batches of 256: an eighth of InFlight", auto, func(r *core.Registry) error {
+			return r.RegisterFallback(asyncBatch{asyncListener{noop, 256}, 256})
+		}, 32},
+		{"batches of 2: enough to carry InFlight", auto, func(r *core.Registry) error {
+			return r.RegisterFallback(asyncBatch{asyncListener{noop, 256}, 2})
+		}, 128},
+		{"batches of 1: none", auto, func(r *core.Registry) error {
+			return r.RegisterFallback(asyncBatch{asyncListener{noop, 256}, 1})
+		}, 256},
+		{"batches, with interceptors: none", func(c *dispatch.Config) {
+			c.Workers = 0
+			c.Interceptors = []core.Interceptor{core.InterceptorFuncs{}}
+		}, func(r *core.Registry) error {
+			return r.RegisterFallback(asyncBatch{asyncListener{noop, 256}, 256})
+		}, 256},
 		{"explicit Workers win", func(c *dispatch.Config) { c.Workers = 8 }, func(r *core.Registry) error {
 			return r.RegisterFallback(asyncListener{noop, 256})
 		}, 8},

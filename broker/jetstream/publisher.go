@@ -11,10 +11,12 @@
 // DONE only once the stream stored it.
 //
 // Handle publishes asynchronously and waits for its own acknowledgement, so
-// many deliveries share the connection at once: the number of publishes in
-// flight is the dispatcher's number of workers. Raise dispatch.Config.Workers
-// (64 to 256) for a backlog to drain at the broker's pace rather than at one
-// round trip per worker.
+// many deliveries share the connection at once. The publisher is also a
+// core.BatchListener: a dispatcher worker hands it the events queued for it
+// together (up to 256), which it publishes back to back before waiting for
+// their acknowledgements, so that a backlog drains at the broker's pace
+// with few workers parked. Its InFlight (core.AsyncListener) sizes a
+// dispatcher whose Workers is left zero.
 //
 // The subject of an event depends on its aggregate type and event type only
 // by default; a Subject function that includes the aggregate id gives each
