@@ -540,10 +540,9 @@ func outboxRun(ctx context.Context, tg target, meter cpuMeter, payload []byte, d
 	if noop {
 		pub = core.ListenerFunc(func(context.Context, core.Event) error { return nil })
 	}
-	listener := core.ListenerFunc(func(ctx context.Context, ev core.Event) error {
-		if err := pub.Handle(ctx, ev); err != nil {
-			return err
-		}
+	// delivered notes an acknowledged event: its commit-to-ack latency
+	// (live phase) and the count the drain waits for.
+	delivered := func(ev core.Event) {
 		now := time.Now()
 		if t0, ok := commitAt.Load(ev.ID()); ok {
 			latMu.Lock()
@@ -551,6 +550,12 @@ func outboxRun(ctx context.Context, tg target, meter cpuMeter, payload []byte, d
 			latMu.Unlock()
 		}
 		acked.Add(1)
+	}
+	listener := core.ListenerFunc(func(ctx context.Context, ev core.Event) error {
+		if err := pub.Handle(ctx, ev); err != nil {
+			return err
+		}
+		delivered(ev)
 		select {
 		case progress <- struct{}{}:
 		default:
@@ -563,15 +568,7 @@ func outboxRun(ctx context.Context, tg target, meter cpuMeter, payload []byte, d
 		// The no-op drain too: the outbox's ceiling at the same workers.
 		registered = asyncFunc{listener, a.InFlight()}
 		if b, ok := pub.(core.BatchListener); ok && *flagBatchL {
-			batches = &batchFunc{asyncFunc: asyncFunc{listener, a.InFlight()}, b: b, each: func(ev core.Event) {
-				now := time.Now()
-				if t0, ok := commitAt.Load(ev.ID()); ok {
-					latMu.Lock()
-					lat = append(lat, now.Sub(t0.(time.Time)))
-					latMu.Unlock()
-				}
-				acked.Add(1)
-			}, progress: progress}
+			batches = &batchFunc{asyncFunc: asyncFunc{listener, a.InFlight()}, b: b, each: delivered, progress: progress}
 			registered = batches
 		}
 	}
