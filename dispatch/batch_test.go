@@ -21,7 +21,7 @@ type batchListener struct {
 	gate    chan struct{}
 	fail    map[string]bool
 	handle  func(ev core.Event) error // Handle, which a batch listener must have too
-	results func(evs []core.Event) []error
+	results func(ctx context.Context, evs []core.Event) []error
 
 	mu      sync.Mutex
 	batches [][]string
@@ -46,7 +46,7 @@ func (l *batchListener) Handle(_ context.Context, ev core.Event) error {
 	return nil
 }
 
-func (l *batchListener) HandleBatch(_ context.Context, evs []core.Event) []error {
+func (l *batchListener) HandleBatch(ctx context.Context, evs []core.Event) []error {
 	ids := make([]string, len(evs))
 	for i, ev := range evs {
 		ids[i] = ev.ID()
@@ -60,7 +60,7 @@ func (l *batchListener) HandleBatch(_ context.Context, evs []core.Event) []error
 		<-l.gate
 	}
 	if l.results != nil {
-		return l.results(evs)
+		return l.results(ctx, evs)
 	}
 	errs := make([]error, len(evs))
 	for i, ev := range evs {
@@ -166,11 +166,11 @@ func TestBatchListenerBadResults(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name    string
-		results func([]core.Event) []error
+		results func(context.Context, []core.Event) []error
 		want    string
 	}{
-		{"panic", func([]core.Event) []error { panic("boom") }, "boom"},
-		{"short results", func([]core.Event) []error { return nil }, "returned 0 results for 3 events"},
+		{"panic", func(context.Context, []core.Event) []error { panic("boom") }, "boom"},
+		{"short results", func(context.Context, []core.Event) []error { return nil }, "returned 0 results for 3 events"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -223,5 +223,46 @@ func TestBatchListenerWithInterceptors(t *testing.T) {
 	defer bl.mu.Unlock()
 	if len(bl.batches) != 0 || len(bl.singles) != 2 {
 		t.Errorf("batches %v, singles %v: want two Handle calls and no batch", bl.batches, bl.singles)
+	}
+}
+
+// TestBatchListenerHardStop: Close's hard stop cancels a batch in flight,
+// and the dispatcher returns; the batch's events are left to be delivered
+// again (retried in their rows).
+func TestBatchListenerHardStop(t *testing.T) {
+	t.Parallel()
+	bl := newBatchListener(8)
+	close(bl.gate)
+	bl.results = func(ctx context.Context, evs []core.Event) []error {
+		<-ctx.Done() // only the hard stop ends it
+		errs := make([]error, len(evs))
+		for i := range errs {
+			errs[i] = context.Cause(ctx)
+		}
+		return errs
+	}
+	h := newHarness(t, nil, func(c *dispatch.Config) { c.Workers = 1; c.DrainTimeout = 20 * time.Millisecond })
+	if err := h.reg.Register(orders, orderPlaced, bl); err != nil {
+		t.Fatal(err)
+	}
+	h.queue(newEnv(t, "ev-1"), newEnv(t, "ev-2"))
+	h.start()
+	if got := bl.waitCall(t); len(got) != 2 {
+		t.Fatalf("first call = %v, want both events", got)
+	}
+	done := make(chan error, 1)
+	go func() { done <- h.d.Close(context.Background()) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return within 30s: the batch in flight was not cancelled")
+	}
+	for _, id := range []string{"ev-1", "ev-2"} {
+		if ev := h.store.get(t, id); ev.Status == core.StatusDone || ev.Status == core.StatusDead {
+			t.Errorf("%s is %s after a cancelled delivery, want it left to be delivered again", id, ev.Status)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -29,18 +30,22 @@ type Dispatcher struct {
 	// refused sums the hot queue's refusals into one warning a second.
 	refused *outboxlog.Sum
 
-	hot, cold chan item           // queued events with their entries; see inflight.go
-	tick      atomic.Uint64       // weighted round-robin position shared by all workers
-	inflight  *inflight           // what the dispatcher holds; see inflight.go
-	batch     *doneBatcher        // nil: DONE outcomes are written one by one
-	doneBatch recordFunc          // how batch writes DONE outcomes; nil when batch is
-	pending   *pendingWrites      // write-backs to try again; see writeback.go
-	renewer   core.LeaseRenewer   // nil: no lease renewal; see renew.go
-	ordered   core.OrderedStore   // nil: the store orders nothing; see ordered.go
-	held      *heldDone           // nil: ordered DONE outcomes wait for held key rows; see ordered.go
-	latency   core.LatencyMetrics // nil: Metrics records no durations
-	yield     func()              // run by the writer hook once it queued events; nil: none
-	releaser  *lease.Releaser     // leases whose release failed; see release.go
+	hot, cold chan item     // queued events with their entries; see inflight.go
+	tick      atomic.Uint64 // weighted round-robin position shared by all workers
+	inflight  *inflight     // what the dispatcher holds; see inflight.go
+	// listenBase is the parent of every listener context: the workers'
+	// context without its cancellation, set by Start. See
+	// listenerContext.
+	listenBase context.Context
+	batch      *doneBatcher        // nil: DONE outcomes are written one by one
+	doneBatch  recordFunc          // how batch writes DONE outcomes; nil when batch is
+	pending    *pendingWrites      // write-backs to try again; see writeback.go
+	renewer    core.LeaseRenewer   // nil: no lease renewal; see renew.go
+	ordered    core.OrderedStore   // nil: the store orders nothing; see ordered.go
+	held       *heldDone           // nil: ordered DONE outcomes wait for held key rows; see ordered.go
+	latency    core.LatencyMetrics // nil: Metrics records no durations
+	yield      func()              // run by the writer hook once it queued events; nil: none
+	releaser   *lease.Releaser     // leases whose release failed; see release.go
 
 	dueMu sync.Mutex
 	due   []func(due, from time.Time) // NotifyDueFrom's subscribers
@@ -212,6 +217,8 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		if d.held != nil {
 			go d.held.run(work) // owned: AfterHardStop waits on d.held.done
 		}
+		d.listenBase = context.WithoutCancel(work)
+		context.AfterFunc(work, func() { d.inflight.cancelRunning(cmp.Or(context.Cause(work), context.Canceled)) })
 		n := d.Workers()
 		d.nworkers.Store(int64(n))
 		for range n {
@@ -229,6 +236,16 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		}()
 		return nil
 	})
+}
+
+// listenerContext returns a context for listener calls, which the hard stop
+// cancels, and the lease renewal too once cancel is handed to the tracker
+// (inflight.begin). It does not descend from the workers' context, which
+// the hard stop cancels, so that a delivery's context costs no registration
+// with a parent that every worker shares; inflight.cancelRunning cancels it
+// instead.
+func (d *Dispatcher) listenerContext() (context.Context, context.CancelCauseFunc) {
+	return context.WithCancelCause(d.listenBase)
 }
 
 // Close shuts the dispatcher down: it stops intake (enqueues return false),

@@ -73,6 +73,11 @@ type inflight struct {
 	now   func() time.Time // the dispatcher's clock
 	tombs map[string]time.Time
 	order []tomb // tombs in the order they were made, to expire them
+
+	// stopCause is set by cancelRunning at the hard stop: the listeners
+	// running then are cancelled with it, and so are those that begin
+	// after it.
+	stopCause error
 }
 
 // entryState is what a held event is waiting for; see inflight.
@@ -171,7 +176,7 @@ func (f *inflight) held(id string) bool {
 
 // begin records cancel as the listener's of e, taken from a queue, and
 // reports whether e is still held: false when it left meanwhile (its lease
-// was lost).
+// was lost). After the hard stop (cancelRunning), it cancels it at once.
 func (f *inflight) begin(e *entry, cancel context.CancelCauseFunc) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -179,7 +184,24 @@ func (f *inflight) begin(e *entry, cancel context.CancelCauseFunc) bool {
 		return false
 	}
 	e.cancel = cancel
+	if f.stopCause != nil {
+		cancel(f.stopCause)
+	}
 	return true
+}
+
+// cancelRunning cancels, with cause, the listeners running and every one
+// that begins after it: the listener contexts do not descend from the
+// workers' (see Dispatcher.listenerContext), and this is their hard stop.
+func (f *inflight) cancelRunning(cause error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopCause = cause
+	for _, e := range f.ids {
+		if e.cancel != nil {
+			e.cancel(cause)
+		}
+	}
 }
 
 // writing moves e, whose delivery is over, to the state of the outcome

@@ -89,7 +89,7 @@ func (d *Dispatcher) processBatch(ctx context.Context, bl core.BatchListener, fi
 	}
 	now := d.cfg.Now()
 	d.cfg.Metrics.QueueDepths(len(d.hot), len(d.cold))
-	lctx, cancel := context.WithCancelCause(ctx)
+	lctx, cancel := d.listenerContext()
 	if d.cfg.ListenerTimeout > 0 {
 		var cancelT context.CancelFunc
 		lctx, cancelT = context.WithTimeout(lctx, d.cfg.ListenerTimeout)
@@ -187,7 +187,7 @@ func (d *Dispatcher) process(ctx context.Context, ev core.Event, e *entry, hot b
 	if !ev.CreatedAt.IsZero() {
 		d.cfg.Metrics.OldestLag(now.Sub(ev.CreatedAt))
 	}
-	lctx, cancel := context.WithCancelCause(ctx)
+	lctx, cancel := d.listenerContext()
 	defer cancel(nil)
 	if !d.inflight.begin(e, cancel) {
 		d.logEvent(ctx, slog.LevelWarn, ev, "outbox lease lost while the event was queued; not delivered")
