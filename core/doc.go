@@ -55,7 +55,8 @@
 //	method)
 //	StoreUnwrapper             Store           wrappers (outboxotel)       StoreAs: the wrapped store's capabilities stay visible
 //	AsyncListener              Listener        the broker publishers       dispatch: Workers left zero runs the largest InFlight
-//	BatchListener              Listener        jetstream.Publisher         dispatch: a worker hands it the queued events together
+//	BatchListener              Listener        the JetStream and Kafka     dispatch: a worker hands it the queued events together
+//	                                           publishers
 //	LatencyMetrics             Metrics         metrics/prometheus,         dispatch, poller: duration histograms
 //	                                           outboxotel
 //	LeasingHook                WriterHook      the dispatcher's hook       Writer: inserts events leased by the hook's owner

@@ -62,11 +62,11 @@ type Config struct {
 	// largest InFlight among them (the publishers ask for 256), chosen at
 	// Start from the listeners registered by then (Dispatcher.Workers
 	// says which). For such a listener that also takes batches
-	// (core.BatchListener: the JetStream publisher), each worker carries a
-	// batch, and an eighth of its InFlight is asked for (32 of 256), or as
-	// many as full batches need to carry InFlight events if that is more;
-	// with Interceptors set, which wrap one event each, there are no
-	// batches and InFlight counts whole. However many workers there are,
+	// (core.BatchListener: the JetStream and Kafka publishers), each
+	// worker carries a batch, and an eighth of its InFlight is asked for
+	// (32 of 256), or as many as full batches need to carry InFlight
+	// events if that is more; with Interceptors set, which wrap one event
+	// each, there are no batches and InFlight counts whole. However many workers there are,
 	// at most 32 write an outcome at once (each on a connection of DB);
 	// DONE outcomes in batches take none of these.
 	Workers int

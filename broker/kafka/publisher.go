@@ -10,10 +10,12 @@
 //
 // Handle returns only after the record was acknowledged by every in-sync
 // replica (acks=all, the franz-go default, which New checks). The client
-// buffers and batches records across concurrent calls, so that many
-// deliveries share each produce request: the number in flight is the
-// dispatcher's number of workers; raise dispatch.Config.Workers (64 to 256)
-// for a backlog to drain at the broker's pace.
+// buffers and batches records across calls, so that many deliveries share
+// each produce request. The publisher is also a core.BatchListener: a
+// dispatcher worker hands it the events queued for it together (up to 256),
+// which it produces at once before waiting for their acknowledgements; its
+// InFlight (core.AsyncListener) sizes a dispatcher whose Workers is left
+// zero.
 //
 // The tests run against franz-go's in-process kfake cluster: no Kafka
 // server can be installed on the project's machines.
@@ -163,6 +165,70 @@ func (p *Publisher) Handle(ctx context.Context, ev core.Event) error {
 		// channel nobody reads.
 		return fmt.Errorf("kafka: produce to %s: %w", r.Topic, context.Cause(ctx))
 	}
+}
+
+// maxBatch caps the events of one HandleBatch call.
+const maxBatch = 256
+
+var _ core.BatchListener = (*Publisher)(nil)
+
+// MaxBatch implements core.BatchListener: 256 events.
+func (p *Publisher) MaxBatch() int { return maxBatch }
+
+// HandleBatch produces evs and waits for their acknowledgements, all within
+// one AckTimeout: errs[i] is what Handle would have returned for evs[i]. It
+// implements core.BatchListener, so that a dispatcher hands the publisher
+// the events queued for it together, in one worker. With ctx already done
+// it produces nothing.
+func (p *Publisher) HandleBatch(ctx context.Context, evs []core.Event) []error {
+	errs := make([]error, len(evs))
+	if ctx.Err() != nil {
+		for i := range errs {
+			errs[i] = fmt.Errorf("kafka: not produced: %w", context.Cause(ctx))
+		}
+		return errs
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, p.cfg.AckTimeout,
+		fmt.Errorf("no acknowledgement within %s", p.cfg.AckTimeout))
+	defer cancel()
+	type result struct {
+		i   int
+		err error
+	}
+	// Buffered for every record: a callback that comes after a timeout
+	// below does not block the client.
+	done := make(chan result, len(evs))
+	topics := make([]string, len(evs))
+	waiting := make([]bool, len(evs))
+	n := 0
+	for i, ev := range evs {
+		r := p.Record(ev)
+		topics[i] = r.Topic
+		if r.Topic == "" {
+			errs[i] = core.Permanent(errors.New("kafka: empty topic"))
+			continue
+		}
+		waiting[i] = true
+		n++
+		p.cfg.Client.Produce(ctx, r, func(_ *kgo.Record, err error) { done <- result{i, err} })
+	}
+	for ; n > 0; n-- {
+		select {
+		case r := <-done:
+			waiting[r.i] = false
+			if r.err != nil {
+				errs[r.i] = classify(topics[r.i], r.err)
+			}
+		case <-ctx.Done():
+			for i, w := range waiting {
+				if w {
+					errs[i] = fmt.Errorf("kafka: produce to %s: %w", topics[i], context.Cause(ctx))
+				}
+			}
+			return errs
+		}
+	}
+	return errs
 }
 
 func classify(topic string, err error) error {

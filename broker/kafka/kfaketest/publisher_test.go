@@ -206,6 +206,62 @@ func TestPermanentFailures(t *testing.T) {
 	}
 }
 
+// TestHandleBatch: each event of a batch gets Handle's outcome: produced
+// and acknowledged, a permanent error for an empty topic or a record over
+// the client's batch limit; and a cancelled context produces nothing.
+func TestHandleBatch(t *testing.T) {
+	t.Parallel()
+	const topic = "batch"
+	c, _ := cluster(t, topic)
+	small, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ProducerBatchMaxBytes(1024), kgo.ProducerLinger(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	p, err := kafka.New(kafka.Config{Client: small, Topic: func(ev core.Event) string {
+		if ev.Type() == "Empty" {
+			return ""
+		}
+		return topic
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.MaxBatch() < 2 {
+		t.Fatalf("MaxBatch() = %d: the publisher takes no batches", p.MaxBatch())
+	}
+	huge, err := core.NewEnvelope(core.EnvelopeSpec{Type: core.EventName("Huge"), Bytes: make([]byte, 4096)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := []core.Event{newEvent(t, "Placed", "k-1", 0), newEvent(t, "Empty", "k-2", 1), {Envelope: huge}, newEvent(t, "Placed", "k-3", 2)}
+	errs := p.HandleBatch(context.Background(), evs)
+	if len(errs) != len(evs) {
+		t.Fatalf("%d results for %d events", len(errs), len(evs))
+	}
+	var perm *core.PermanentError
+	for i, want := range []string{"produced", "permanent", "permanent", "produced"} {
+		if got := errors.As(errs[i], &perm); (want == "permanent") != got || (want == "produced" && errs[i] != nil) {
+			t.Errorf("event %d: %v, want %s", i, errs[i], want)
+		}
+	}
+	got := map[string]bool{}
+	for _, r := range consume(t, c, topic, 2) {
+		got[header(r, broker.HeaderEventID)] = true
+	}
+	if !got[evs[0].ID()] || !got[evs[3].ID()] || len(got) != 2 {
+		t.Errorf("topic holds %v, want %s and %s", got, evs[0].ID(), evs[3].ID())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i, err := range p.HandleBatch(ctx, []core.Event{newEvent(t, "Placed", "k-4", 3), newEvent(t, "Placed", "k-5", 4)}) {
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled batch, event %d: %v", i, err)
+		}
+	}
+}
+
 // A backlog written through the outbox reaches the topics with every event
 // DONE and each event id once.
 func TestOutboxToKafka(t *testing.T) {
