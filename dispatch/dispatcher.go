@@ -30,22 +30,23 @@ type Dispatcher struct {
 	// refused sums the hot queue's refusals into one warning a second.
 	refused *outboxlog.Sum
 
-	hot, cold chan item     // queued events with their entries; see inflight.go
-	tick      atomic.Uint64 // weighted round-robin position shared by all workers
-	inflight  *inflight     // what the dispatcher holds; see inflight.go
+	hot, cold chan item           // queued events with their entries; see inflight.go
+	tick      atomic.Uint64       // weighted round-robin position shared by all workers
+	inflight  *inflight           // what the dispatcher holds; see inflight.go
+	batch     *doneBatcher        // nil: DONE outcomes are written one by one
+	doneBatch recordFunc          // how batch writes DONE outcomes; nil when batch is
+	pending   *pendingWrites      // write-backs to try again; see writeback.go
+	renewer   core.LeaseRenewer   // nil: no lease renewal; see renew.go
+	ordered   core.OrderedStore   // nil: the store orders nothing; see ordered.go
+	held      *heldDone           // nil: ordered DONE outcomes wait for held key rows; see ordered.go
+	latency   core.LatencyMetrics // nil: Metrics records no durations
+	yield     func()              // run by the writer hook once it queued events; nil: none
+	releaser  *lease.Releaser     // leases whose release failed; see release.go
+
 	// listenBase is the parent of every listener context: the workers'
 	// context without its cancellation, set by Start. See
 	// listenerContext.
 	listenBase context.Context
-	batch      *doneBatcher        // nil: DONE outcomes are written one by one
-	doneBatch  recordFunc          // how batch writes DONE outcomes; nil when batch is
-	pending    *pendingWrites      // write-backs to try again; see writeback.go
-	renewer    core.LeaseRenewer   // nil: no lease renewal; see renew.go
-	ordered    core.OrderedStore   // nil: the store orders nothing; see ordered.go
-	held       *heldDone           // nil: ordered DONE outcomes wait for held key rows; see ordered.go
-	latency    core.LatencyMetrics // nil: Metrics records no durations
-	yield      func()              // run by the writer hook once it queued events; nil: none
-	releaser   *lease.Releaser     // leases whose release failed; see release.go
 
 	dueMu sync.Mutex
 	due   []func(due, from time.Time) // NotifyDueFrom's subscribers

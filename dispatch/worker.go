@@ -99,18 +99,10 @@ func (d *Dispatcher) processBatch(ctx context.Context, bl core.BatchListener, fi
 	live := b.items[:0]
 	b.evs = b.evs[:0]
 	for _, it := range b.items {
-		if !it.ev.CreatedAt.IsZero() {
-			d.cfg.Metrics.OldestLag(now.Sub(it.ev.CreatedAt))
+		if d.begin(ctx, it.ev, it.e, hot, now, cancel) {
+			live = append(live, it)
+			b.evs = append(b.evs, it.ev)
 		}
-		if !d.inflight.begin(it.e, cancel) {
-			d.logEvent(ctx, slog.LevelWarn, it.ev, "outbox lease lost while the event was queued; not delivered")
-			continue
-		}
-		if d.latency != nil {
-			d.latency.DeliveryLatency(deliveryLatency(it.ev, hot, now))
-		}
-		live = append(live, it)
-		b.evs = append(b.evs, it.ev)
 	}
 	if len(live) > 0 {
 		start := time.Now()
@@ -131,12 +123,11 @@ func (d *Dispatcher) processBatch(ctx context.Context, bl core.BatchListener, fi
 	}
 	clear(b.items)
 	clear(b.evs)
-	others := b.others
-	b.others = b.others[:0]
-	for i, it := range others {
+	for _, it := range b.others {
 		d.process(ctx, it.ev, it.e, hot)
-		others[i] = item{}
 	}
+	clear(b.others)
+	b.others = b.others[:0]
 }
 
 // sameListener reports whether l is bl: the same value of the same type.
@@ -184,13 +175,9 @@ func callBatch(ctx context.Context, l core.BatchListener, evs []core.Event) (err
 func (d *Dispatcher) process(ctx context.Context, ev core.Event, e *entry, hot bool) {
 	now := d.cfg.Now()
 	d.cfg.Metrics.QueueDepths(len(d.hot), len(d.cold))
-	if !ev.CreatedAt.IsZero() {
-		d.cfg.Metrics.OldestLag(now.Sub(ev.CreatedAt))
-	}
 	lctx, cancel := d.listenerContext()
 	defer cancel(nil)
-	if !d.inflight.begin(e, cancel) {
-		d.logEvent(ctx, slog.LevelWarn, ev, "outbox lease lost while the event was queued; not delivered")
+	if !d.begin(ctx, ev, e, hot, now, cancel) {
 		return
 	}
 	if d.latency == nil {
@@ -199,10 +186,26 @@ func (d *Dispatcher) process(ctx context.Context, ev core.Event, e *entry, hot b
 		return
 	}
 	start := time.Now()
-	d.latency.DeliveryLatency(deliveryLatency(ev, hot, now))
 	res, err := d.deliver(lctx, ev)
 	d.latency.ListenerDuration(time.Since(start))
 	d.record(ctx, e, ev, res, err)
+}
+
+// begin starts the delivery of ev, taken from a queue at now: it notes the
+// event's lag and hands cancel to the tracker, and reports false, logged,
+// when the event's lease was lost while it was queued (nothing to deliver).
+func (d *Dispatcher) begin(ctx context.Context, ev core.Event, e *entry, hot bool, now time.Time, cancel context.CancelCauseFunc) bool {
+	if !ev.CreatedAt.IsZero() {
+		d.cfg.Metrics.OldestLag(now.Sub(ev.CreatedAt))
+	}
+	if !d.inflight.begin(e, cancel) {
+		d.logEvent(ctx, slog.LevelWarn, ev, "outbox lease lost while the event was queued; not delivered")
+		return false
+	}
+	if d.latency != nil {
+		d.latency.DeliveryLatency(deliveryLatency(ev, hot, now))
+	}
+	return true
 }
 
 // deliveryLatency returns the queue ev came from and how long after its
