@@ -381,19 +381,7 @@ func TestOutageStalledConnections(t *testing.T) {
 		writeWithoutHotPath(t, dv, tg, before...)
 		log.WaitFor(t, 30*time.Second, "the events written before the stall", testnode.AllDelivered(beforeIDs))
 		// Let every write-back finish: the pool is idle when the stall hits.
-		if dv.position {
-			// Nothing is written after a delivery; the reader saves its
-			// position once per cycle, which ends after the handing.
-			waitUntil(t, 30*time.Second, 20*time.Millisecond, "the position saved past the first events", func() (bool, error) {
-				n, err := streamAboveFloor(tg)
-				return err == nil && n == 0, err
-			})
-		} else {
-			waitUntil(t, 30*time.Second, 20*time.Millisecond, "the first events DONE", func() (bool, error) {
-				c, err := chaos.StatusCounts(context.Background(), tg.DB, tg.Table)
-				return err == nil && c[core.StatusDone] == len(beforeIDs), err
-			})
-		}
+		waitWrittenBack(t, dv, tg, len(beforeIDs))
 
 		stalled := px.proxy.Stall()
 		after, afterIDs := chaosEnvs(t, 10, nil)
@@ -401,8 +389,30 @@ func TestOutageStalledConnections(t *testing.T) {
 		start := time.Now()
 		log.WaitFor(t, time.Minute, "the events written after the stall", testnode.AllDelivered(afterIDs))
 		t.Logf("stall %s %s: %d connections stalled; the poller (position: the reader) delivered the next events after %s", tg.Name, dv.name, stalled, time.Since(start).Round(time.Millisecond))
+		// The outcomes are written (position delivery: the position saved)
+		// before the cut, or the node's Close would fail to write them.
+		waitWrittenBack(t, dv, tg, len(beforeIDs)+len(afterIDs))
 		px.proxy.Cut() // lets the node's Close finish
 		n.Close(t)
+	})
+}
+
+// waitWrittenBack waits until the outcomes of the done deliveries are in
+// tg's table: done rows DONE in the claim path; in position delivery, where
+// nothing is written after a delivery, the position saved past every row
+// (the reader saves it once per cycle, which ends after the handing).
+func waitWrittenBack(t *testing.T, dv delivery, tg testdb.Target, done int) {
+	t.Helper()
+	if dv.position {
+		waitUntil(t, 30*time.Second, 20*time.Millisecond, "the position saved past the delivered events", func() (bool, error) {
+			n, err := streamAboveFloor(tg)
+			return err == nil && n == 0, err
+		})
+		return
+	}
+	waitUntil(t, 30*time.Second, 20*time.Millisecond, fmt.Sprintf("%d events DONE", done), func() (bool, error) {
+		c, err := chaos.StatusCounts(context.Background(), tg.DB, tg.Table)
+		return err == nil && c[core.StatusDone] == done, err
 	})
 }
 
