@@ -118,7 +118,8 @@ func TestInsertStreamRoundTrip(t *testing.T) {
 			if ev.Status != core.StatusStream || ev.Type() != e.Type() || ev.AggregateType() != e.AggregateType() ||
 				ev.AggregateID() != e.AggregateID() || ev.TenantID() != e.TenantID() ||
 				!maps.Equal(ev.Headers(), e.Headers()) || !bytes.Equal(ev.Payload(), e.Payload()) ||
-				!ev.CreatedAt.Equal(at) || !ev.AvailableAt.Equal(at) {
+				!ev.CreatedAt.Equal(at) || !ev.AvailableAt.Equal(at) ||
+				ev.Attempts != 0 || ev.Seq != 0 || !ev.DoneAt.IsZero() || ev.LastError != "" {
 				t.Errorf("row %d (%s) read back as %+v, want %+v", i, e.ID(), ev, e)
 			}
 		}

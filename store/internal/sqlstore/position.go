@@ -293,8 +293,10 @@ func (l *posLog) insertOneRow(ctx context.Context, db core.DBTX, env core.Envelo
 	return p, nil
 }
 
-// readCols are the columns of a position read: the event's, then pos.
-const readCols = columns + ", pos"
+// readCols are the columns of a position read: those a STREAM row was
+// written with (streamInsertCols), then pos. The others are known without
+// reading them (streamDest).
+const readCols = "event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, created_at, pos"
 
 // ReadAfter implements position.Log.
 func (l *posLog) ReadAfter(ctx context.Context, db core.DBTX, after int64, limit int) ([]position.Row, position.Token, error) {
@@ -373,7 +375,7 @@ func scanPosRows(rows *sql.Rows, tok *int64) ([]position.Row, error) {
 	var out []position.Row
 	var r row
 	var pos int64
-	dest := append(r.dest(), &pos)
+	dest := append(r.streamDest(), &pos)
 	if tok != nil {
 		dest = append(dest, tok)
 	}
@@ -381,6 +383,7 @@ func scanPosRows(rows *sql.Rows, tok *int64) ([]position.Row, error) {
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("scan event: %w", err)
 		}
+		r.streamDefaults()
 		ev, err := r.decode()
 		if err != nil {
 			out = append(out, position.Row{Pos: pos, ID: r.id, Err: err})

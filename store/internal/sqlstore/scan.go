@@ -121,6 +121,23 @@ func (r *row) dest() []any {
 		&r.lastError, &r.lockedBy, &r.lockedAt, &r.seq}
 }
 
+// streamDest are the destinations of a STREAM row's columns in a position
+// read (readCols but pos); streamDefaults fills in the rest.
+func (r *row) streamDest() []any {
+	return []any{&r.id, &r.eventType, &r.aggregateType, &r.aggregateID, &r.tenantID, &r.payload,
+		&r.headers, &r.createdAt}
+}
+
+// streamDefaults sets the columns a position read leaves out to what every
+// STREAM row holds: it is written with no attempt, lease, outcome or
+// sequence, and due when it occurred (a delayed event is never STREAM);
+// leaving STREAM is the only change it ever sees.
+func (r *row) streamDefaults() {
+	r.status = int16(core.StatusStream)
+	r.attempts = 0
+	r.availableAt = r.createdAt
+}
+
 func (r *row) decode() (core.Event, error) {
 	for _, t := range []struct {
 		name string
