@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"maps"
 	"slices"
-	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/oklog/ulid/v2"
@@ -173,25 +173,54 @@ func (e Envelope) Validate() error {
 }
 
 func checkText(field, s string, maxLen int, required bool) error {
+	if s == "" {
+		if required {
+			return Invalid(field, "is empty")
+		}
+		return nil
+	}
+	blank, valid, nul := scanText(s)
 	switch {
-	case s == "" && required:
-		return Invalid(field, "is empty")
-	case required && strings.TrimSpace(s) == "":
+	case required && blank:
 		// A name of only spaces reads as empty in every log line and query
 		// result, and a listener registered for it is one nobody can name.
 		return Invalid(field, "is only whitespace")
 	case len(s) > maxLen:
 		return Invalid(field, "%d bytes exceeds the limit of %d", len(s), maxLen)
-	case !utf8.ValidString(s):
+	case !valid:
 		return Invalid(field, "is not valid UTF-8")
-	}
-	for _, r := range s {
-		if r == 0 {
-			return Invalid(field, "contains a NUL byte")
-		}
+	case nul:
+		return Invalid(field, "contains a NUL byte")
 	}
 	return nil
 }
+
+// scanText reads s once and reports whether it is only white space (as
+// strings.TrimSpace sees it), valid UTF-8, and whether it holds a NUL byte.
+// Every event's names pass through it on each write and each read, so the
+// ASCII bytes take no decoding.
+func scanText(s string) (blank, valid, nul bool) {
+	blank, valid = true, true
+	for i := 0; i < len(s); {
+		if c := s[i]; c < utf8.RuneSelf {
+			nul = nul || c == 0
+			blank = blank && asciiSpace[c]
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			valid, blank = false, false
+		} else {
+			blank = blank && unicode.IsSpace(r)
+		}
+		i += size
+	}
+	return blank, valid, nul
+}
+
+// asciiSpace are the ASCII bytes strings.TrimSpace removes.
+var asciiSpace = [utf8.RuneSelf]bool{'\t': true, '\n': true, '\v': true, '\f': true, '\r': true, ' ': true}
 
 // Timestamps must fall within the range every supported database stores
 // (MySQL's DATETIME is the narrowest).
