@@ -103,9 +103,9 @@ func tokenByte(c byte) bool {
 // prefix.Token(aggregate type).Token(event type), or without the prefix and
 // its dot when prefix is empty.
 func Name(prefix string, ev core.Event) string {
-	n := Token(ev.AggregateType()) + "." + Token(ev.Type())
+	agg, typ := Token(ev.AggregateType()), Token(ev.Type())
 	if prefix == "" {
-		return n
+		return agg + "." + typ
 	}
-	return prefix + "." + n
+	return prefix + "." + agg + "." + typ // one allocation per name
 }
