@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,25 +103,104 @@ func TestInsertStreamRoundTrip(t *testing.T) {
 				t.Fatalf("positions %v: want one per event, increasing", want)
 			}
 		}
-		rows, _, err := lg.ReadAfter(ctx, tg.DB, 0, 100)
+		// Through the pool (PostgreSQL reads it with pgx itself), then
+		// through one connection (database/sql on every database), taken
+		// after: SQLite's pool has one.
+		for _, name := range []string{"pool", "conn"} {
+			var db core.DBTX = tg.DB
+			if name == "conn" {
+				conn, err := tg.DB.Conn(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				db = conn
+			}
+			rows, _, err := lg.ReadAfter(ctx, db, 0, 100)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			ranged, err := lg.ReadRanges(ctx, db, []position.Range{{Lo: want[0], Hi: want[2]}, {Lo: want[3], Hi: want[len(want)-1]}})
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			for read, rows := range map[string][]position.Row{"after": rows, "ranges": ranged} {
+				if len(rows) != len(envs) {
+					t.Fatalf("%s, read %s: %d rows, want %d", name, read, len(rows), len(envs))
+				}
+				for i, r := range rows {
+					e := envs[i]
+					ev := r.Event
+					if r.Err != nil || r.ID != e.ID() || r.Pos != want[i] {
+						t.Fatalf("%s, read %s: row %d: id %s pos %d err %v; want %s at %d", name, read, i, r.ID, r.Pos, r.Err, e.ID(), want[i])
+					}
+					if ev.Status != core.StatusStream || ev.Type() != e.Type() || ev.AggregateType() != e.AggregateType() ||
+						ev.AggregateID() != e.AggregateID() || ev.TenantID() != e.TenantID() ||
+						!maps.Equal(ev.Headers(), e.Headers()) || !bytes.Equal(ev.Payload(), e.Payload()) ||
+						!ev.CreatedAt.Equal(at) || !ev.AvailableAt.Equal(at) ||
+						ev.Attempts != 0 || ev.Seq != 0 || !ev.DoneAt.IsZero() || ev.LastError != "" {
+						t.Errorf("%s, read %s: row %d (%s) read back as %+v, want %+v", name, read, i, e.ID(), ev, e)
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestReadUndecodableRow: a STREAM row that cannot be decoded (headers that
+// are not JSON, as a hand-written row may have) comes back from a read as
+// its position and id with the error, beside the rows that decode, through
+// the pool and through one connection.
+func TestReadUndecodableRow(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
+		ctx := context.Background()
+		lg := position.LogOf(tg.Store)
+		if lg == nil {
+			t.Skipf("%s has no position log", tg.Name)
+		}
+		if err := lg.CheckSchema(ctx, tg.DB); err != nil {
+			t.Fatal(err)
+		}
+		var envs []core.Envelope
+		for _, id := range []string{"good-1", "bad-1", "good-2"} {
+			e, err := core.NewEnvelope(core.EnvelopeSpec{ID: id, Type: core.EventName("T"), AggregateType: core.AggregateName("A"), JSON: []byte(`{}`)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			envs = append(envs, e)
+		}
+		pos, err := lg.InsertStream(ctx, tg.DB, envs)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rows) != len(envs) {
-			t.Fatalf("read %d rows, want %d", len(rows), len(envs))
+		if _, err := tg.DB.ExecContext(ctx, "UPDATE "+tg.Table+" SET headers = 'not json' WHERE event_id = 'bad-1'"); err != nil {
+			t.Fatal(err)
 		}
-		for i, r := range rows {
-			e := envs[i]
-			ev := r.Event
-			if r.Err != nil || r.ID != e.ID() || r.Pos != want[i] {
-				t.Fatalf("row %d: id %s pos %d err %v; want %s at %d", i, r.ID, r.Pos, r.Err, e.ID(), want[i])
+		for _, name := range []string{"pool", "conn"} {
+			var db core.DBTX = tg.DB
+			if name == "conn" {
+				conn, err := tg.DB.Conn(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close()
+				db = conn
 			}
-			if ev.Status != core.StatusStream || ev.Type() != e.Type() || ev.AggregateType() != e.AggregateType() ||
-				ev.AggregateID() != e.AggregateID() || ev.TenantID() != e.TenantID() ||
-				!maps.Equal(ev.Headers(), e.Headers()) || !bytes.Equal(ev.Payload(), e.Payload()) ||
-				!ev.CreatedAt.Equal(at) || !ev.AvailableAt.Equal(at) ||
-				ev.Attempts != 0 || ev.Seq != 0 || !ev.DoneAt.IsZero() || ev.LastError != "" {
-				t.Errorf("row %d (%s) read back as %+v, want %+v", i, e.ID(), ev, e)
+			rows, _, err := lg.ReadAfter(ctx, db, 0, 10)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if len(rows) != 3 {
+				t.Fatalf("%s: read %d rows, want 3", name, len(rows))
+			}
+			for i, r := range rows {
+				bad := envs[i].ID() == "bad-1"
+				if r.ID != envs[i].ID() || r.Pos != pos[i] || (r.Err != nil) != bad {
+					t.Errorf("%s: row %d: id %s pos %d err %v; want %s at %d, an error: %v", name, i, r.ID, r.Pos, r.Err, envs[i].ID(), pos[i], bad)
+				}
+				if bad && r.Err != nil && !strings.Contains(r.Err.Error(), "headers") {
+					t.Errorf("%s: the bad row's error %q does not name the headers", name, r.Err)
+				}
 			}
 		}
 	})

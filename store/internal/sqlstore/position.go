@@ -57,6 +57,12 @@ type PositionSQL struct {
 	// reads the table (SQLite), so that each row sees the one before.
 	// Default: as many as the insert limits allow.
 	RowsPerInsert int
+	// Read, when set, runs a position read (query, of readCols then Token's
+	// column when tok, with args) on the connection behind db without
+	// database/sql, whose conversions cost more than the rest of a read.
+	// It reports false when db is not one it reads from; the read then
+	// goes through db.
+	Read func(ctx context.Context, db core.DBTX, query string, tok bool, args ...any) (rows []position.Row, token int64, ok bool, err error)
 }
 
 // positionRelay is the key of a table's row in its position table: one
@@ -300,16 +306,32 @@ const readCols = "event_id, event_type, aggregate_type, aggregate_id, tenant_id,
 
 // ReadAfter implements position.Log.
 func (l *posLog) ReadAfter(ctx context.Context, db core.DBTX, after int64, limit int) ([]position.Row, position.Token, error) {
-	res, err := db.QueryContext(ctx, l.readAfter, after, limit)
-	if err != nil {
-		return nil, 0, fmt.Errorf("read events after position %d: %w", after, err)
-	}
-	var tok int64
-	out, err := scanPosRows(res, &tok)
+	out, tok, err := l.read(ctx, db, l.readAfter, true, after, limit)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read events after position %d: %w", after, err)
 	}
 	return out, position.Token(tok), nil
+}
+
+// read runs query, whose columns are readCols and, with tok, the token
+// after them, through the dialect's Read when it takes db.
+func (l *posLog) read(ctx context.Context, db core.DBTX, query string, tok bool, args ...any) ([]position.Row, int64, error) {
+	if read := l.s.d.Position.Read; read != nil {
+		if rows, token, ok, err := read(ctx, db, query, tok, args...); ok {
+			return rows, token, err
+		}
+	}
+	res, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, 0, err
+	}
+	var token int64
+	dest := &token
+	if !tok {
+		dest = nil
+	}
+	rows, err := scanPosRows(res, dest)
+	return rows, token, err
 }
 
 // ReadKeysAfter implements position.Log.
@@ -354,11 +376,7 @@ func (l *posLog) ReadRanges(ctx context.Context, db core.DBTX, rs []position.Ran
 			args = append(args, r.Lo, r.Hi)
 		}
 		sb.WriteString(") ORDER BY pos")
-		res, err := db.QueryContext(ctx, s.d.rebind(sb.String()), args...)
-		if err != nil {
-			return nil, fmt.Errorf("read events in open positions: %w", err)
-		}
-		rows, err := scanPosRows(res, nil)
+		rows, _, err := l.read(ctx, db, s.d.rebind(sb.String()), false, args...)
 		if err != nil {
 			return nil, fmt.Errorf("read events in open positions: %w", err)
 		}
@@ -383,15 +401,27 @@ func scanPosRows(rows *sql.Rows, tok *int64) ([]position.Row, error) {
 		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("scan event: %w", err)
 		}
-		r.streamDefaults()
-		ev, err := r.decode()
-		if err != nil {
-			out = append(out, position.Row{Pos: pos, ID: r.id, Err: err})
-			continue
-		}
-		out = append(out, position.Row{Pos: pos, ID: r.id, Event: ev})
+		out = append(out, r.streamRow(pos))
 	}
 	return out, rows.Err()
+}
+
+// StreamRow is a STREAM row as a position read returns it (readCols), for a
+// dialect's PositionSQL.Read; a NULL column is "".
+type StreamRow struct {
+	Pos                                                          int64
+	ID, EventType, AggregateType, AggregateID, TenantID, Headers string
+	Payload                                                      []byte
+	CreatedAt                                                    time.Time
+}
+
+// Decode returns the row as the reader takes it: its event, or the error
+// that makes it undecodable.
+func (s StreamRow) Decode() position.Row {
+	r := row{id: s.ID, eventType: s.EventType, aggregateType: s.AggregateType,
+		aggregateID: sql.NullString{String: s.AggregateID, Valid: true}, tenantID: sql.NullString{String: s.TenantID, Valid: true},
+		headers: sql.NullString{String: s.Headers, Valid: true}, payload: s.Payload, createdAt: nullTime{Time: s.CreatedAt, Valid: true}}
+	return r.streamRow(s.Pos)
 }
 
 // Horizon implements position.Log.

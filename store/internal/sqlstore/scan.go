@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/position"
 )
 
 // columns lists the outbox columns in the order scanEvent reads them.
@@ -128,14 +129,20 @@ func (r *row) streamDest() []any {
 		&r.headers, &r.createdAt}
 }
 
-// streamDefaults sets the columns a position read leaves out to what every
-// STREAM row holds: it is written with no attempt, lease, outcome or
-// sequence, and due when it occurred (a delayed event is never STREAM);
-// leaving STREAM is the only change it ever sees.
-func (r *row) streamDefaults() {
+// streamRow decodes a STREAM row read by position (streamDest) at pos. The
+// columns a position read leaves out hold the same in every STREAM row: it
+// is written with no attempt, lease, outcome or sequence, and due when it
+// occurred (a delayed event is never STREAM); leaving STREAM is the only
+// change it ever sees.
+func (r *row) streamRow(pos int64) position.Row {
 	r.status = int16(core.StatusStream)
 	r.attempts = 0
 	r.availableAt = r.createdAt
+	ev, err := r.decode()
+	if err != nil {
+		return position.Row{Pos: pos, ID: r.id, Err: err}
+	}
+	return position.Row{Pos: pos, ID: r.id, Event: ev}
 }
 
 func (r *row) decode() (core.Event, error) {
