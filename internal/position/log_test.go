@@ -3,6 +3,7 @@ package position_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"maps"
 	"strings"
@@ -103,19 +104,7 @@ func TestInsertStreamRoundTrip(t *testing.T) {
 				t.Fatalf("positions %v: want one per event, increasing", want)
 			}
 		}
-		// Through the pool (PostgreSQL reads it with pgx itself), then
-		// through one connection (database/sql on every database), taken
-		// after: SQLite's pool has one.
-		for _, name := range []string{"pool", "conn"} {
-			var db core.DBTX = tg.DB
-			if name == "conn" {
-				conn, err := tg.DB.Conn(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer conn.Close()
-				db = conn
-			}
+		readers(t, tg.DB, func(name string, db core.DBTX) {
 			rows, _, err := lg.ReadAfter(ctx, db, 0, 100)
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
@@ -143,7 +132,7 @@ func TestInsertStreamRoundTrip(t *testing.T) {
 					}
 				}
 			}
-		}
+		})
 	})
 }
 
@@ -176,16 +165,7 @@ func TestReadUndecodableRow(t *testing.T) {
 		if _, err := tg.DB.ExecContext(ctx, "UPDATE "+tg.Table+" SET headers = 'not json' WHERE event_id = 'bad-1'"); err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range []string{"pool", "conn"} {
-			var db core.DBTX = tg.DB
-			if name == "conn" {
-				conn, err := tg.DB.Conn(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer conn.Close()
-				db = conn
-			}
+		readers(t, tg.DB, func(name string, db core.DBTX) {
 			rows, _, err := lg.ReadAfter(ctx, db, 0, 10)
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
@@ -202,6 +182,21 @@ func TestReadUndecodableRow(t *testing.T) {
 					t.Errorf("%s: the bad row's error %q does not name the headers", name, r.Err)
 				}
 			}
-		}
+		})
 	})
+}
+
+// readers calls read with db itself, then with one connection of it: a
+// PostgreSQL pool is read with pgx, a connection through database/sql on
+// every database. The connection is taken after the pool's read (SQLite's
+// pool has one) and closed when read returns.
+func readers(t *testing.T, db *sql.DB, read func(name string, db core.DBTX)) {
+	t.Helper()
+	read("pool", db)
+	conn, err := db.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	read("conn", conn)
 }
