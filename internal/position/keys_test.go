@@ -125,13 +125,7 @@ func TestReaderOrderedGap(t *testing.T) {
 func TestReaderOrderedBound(t *testing.T) {
 	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
 		ctx := context.Background()
-		lg := position.LogOf(tg.Ordered)
-		if lg == nil {
-			t.Skipf("%s has no position log", tg.Name)
-		}
-		if err := lg.CheckSchema(ctx, tg.DB); err != nil {
-			t.Fatal(err)
-		}
+		lg := schemaLog(t, tg, tg.Ordered)
 		h := &handler{owner: "test-owner"}
 		r, err := position.New(position.Config{SaveEvery: time.Nanosecond, Log: lg, Store: tg.Ordered, DB: tg.DB, Handler: h,
 			Ordering: core.Ordering{"K": core.DeadBlocks}, OrderedMax: 2})

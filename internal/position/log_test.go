@@ -50,13 +50,7 @@ func TestLogOf(t *testing.T) {
 func TestInsertStreamRoundTrip(t *testing.T) {
 	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
 		ctx := context.Background()
-		lg := position.LogOf(tg.Store)
-		if lg == nil {
-			t.Skipf("%s has no position log", tg.Name)
-		}
-		if err := lg.CheckSchema(ctx, tg.DB); err != nil {
-			t.Fatal(err)
-		}
+		lg := schemaLog(t, tg, tg.Store)
 		at := time.Date(2026, 1, 2, 3, 4, 5, 678901000, time.UTC)
 		var specs []core.EnvelopeSpec
 		for shape := range 8 {
@@ -143,13 +137,7 @@ func TestInsertStreamRoundTrip(t *testing.T) {
 func TestReadUndecodableRow(t *testing.T) {
 	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
 		ctx := context.Background()
-		lg := position.LogOf(tg.Store)
-		if lg == nil {
-			t.Skipf("%s has no position log", tg.Name)
-		}
-		if err := lg.CheckSchema(ctx, tg.DB); err != nil {
-			t.Fatal(err)
-		}
+		lg := schemaLog(t, tg, tg.Store)
 		var envs []core.Envelope
 		for _, id := range []string{"good-1", "bad-1", "good-2"} {
 			e, err := core.NewEnvelope(core.EnvelopeSpec{ID: id, Type: core.EventName("T"), AggregateType: core.AggregateName("A"), JSON: []byte(`{}`)})

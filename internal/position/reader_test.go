@@ -67,19 +67,27 @@ func newFixture(t *testing.T, tg testdb.Target) *fixture { return newFixtureOf(t
 
 func newFixtureOf(t *testing.T, tg testdb.Target, owner string) *fixture {
 	t.Helper()
-	lg := position.LogOf(tg.Store)
-	if lg == nil {
-		t.Skipf("%s has no position log", tg.Name)
-	}
-	if err := lg.CheckSchema(context.Background(), tg.DB); err != nil {
-		t.Fatal(err)
-	}
+	lg := schemaLog(t, tg, tg.Store)
 	h := &handler{owner: owner}
 	r, err := position.New(position.Config{SaveEvery: time.Nanosecond, Log: lg, Store: tg.Store, DB: tg.DB, Handler: h})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &fixture{t: t, tg: tg, lg: lg, r: r, st: r.Store(), h: h}
+}
+
+// schemaLog returns the position log of st, a store of tg's table, once
+// its schema is in place; it skips the test on a store without one.
+func schemaLog(t *testing.T, tg testdb.Target, st core.Store) position.Log {
+	t.Helper()
+	lg := position.LogOf(st)
+	if lg == nil {
+		t.Skipf("%s has no position log", tg.Name)
+	}
+	if err := lg.CheckSchema(context.Background(), tg.DB); err != nil {
+		t.Fatal(err)
+	}
+	return lg
 }
 
 // insert writes ids as STREAM rows in tx (begun on the fixture's pool when
