@@ -123,7 +123,7 @@ func (r *row) dest() []any {
 }
 
 // streamDest are the destinations of a STREAM row's columns in a position
-// read (readCols but pos); streamDefaults fills in the rest.
+// read (readCols but pos); streamRow fills in the rest.
 func (r *row) streamDest() []any {
 	return []any{&r.id, &r.eventType, &r.aggregateType, &r.aggregateID, &r.tenantID, &r.payload,
 		&r.headers, &r.createdAt}
