@@ -188,3 +188,35 @@ func readers(t *testing.T, db *sql.DB, read func(name string, db core.DBTX)) {
 	defer conn.Close()
 	read("conn", conn)
 }
+
+// BenchmarkReadAfter reads 500 STREAM rows at once, as the reader does in
+// a drain, through the pool: go test -run xxx -bench ReadAfter -benchmem
+// ./internal/position (PostgreSQL and MariaDB with their DSNs set).
+func BenchmarkReadAfter(b *testing.B) {
+	for _, name := range testdb.Dialects {
+		b.Run(name, func(b *testing.B) { benchmarkReadAfter(b, testdb.Open(b, name)) })
+	}
+}
+
+func benchmarkReadAfter(b *testing.B, tg testdb.Target) {
+	ctx := context.Background()
+	lg := schemaLog(b, tg, tg.Store)
+	envs := make([]core.Envelope, 500)
+	for i := range envs {
+		e, err := core.NewEnvelope(core.EnvelopeSpec{Type: core.EventName("OrderPlaced"), AggregateType: core.AggregateName("Order"),
+			AggregateID: fmt.Sprintf("o-%d", i), Headers: map[string]string{"trace": "abc"}, JSON: []byte(`{"order_id":"o-123456","total_cents":125000}`)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		envs[i] = e
+	}
+	if _, err := lg.InsertStream(ctx, tg.DB, envs); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		rows, _, err := lg.ReadAfter(ctx, tg.DB, 0, len(envs))
+		if err != nil || len(rows) != len(envs) {
+			b.Fatalf("read %d rows (%v), want %d", len(rows), err, len(envs))
+		}
+	}
+}

@@ -78,7 +78,7 @@ func newFixtureOf(t *testing.T, tg testdb.Target, owner string) *fixture {
 
 // schemaLog returns the position log of st, a store of tg's table, once
 // its schema is in place; it skips the test on a store without one.
-func schemaLog(t *testing.T, tg testdb.Target, st core.Store) position.Log {
+func schemaLog(t testing.TB, tg testdb.Target, st core.Store) position.Log {
 	t.Helper()
 	lg := position.LogOf(st)
 	if lg == nil {

@@ -18,7 +18,7 @@ import (
 // driver value and then copy it into its destination; in a drain those
 // conversions cost the process more than the rest of the read. Any other db
 // (a transaction, another driver) is read through database/sql.
-func readRows(ctx context.Context, db core.DBTX, query string, tok bool, args ...any) ([]position.Row, int64, bool, error) {
+func readRows(ctx context.Context, db core.DBTX, out []position.Row, query string, tok bool, args ...any) ([]position.Row, int64, bool, error) {
 	pool, ok := db.(*sql.DB)
 	if !ok {
 		return nil, 0, false, nil
@@ -31,7 +31,6 @@ func readRows(ctx context.Context, db core.DBTX, query string, tok bool, args ..
 		return nil, 0, true, err
 	}
 	defer conn.Close()
-	var out []position.Row
 	var token int64
 	pgxConn := false
 	err = conn.Raw(func(dc any) error {

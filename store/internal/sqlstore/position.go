@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outboxkit/outbox/core"
@@ -59,10 +60,10 @@ type PositionSQL struct {
 	RowsPerInsert int
 	// Read, when set, runs a position read (query, of readCols then Token's
 	// column when tok, with args) on the connection behind db without
-	// database/sql, whose conversions cost more than the rest of a read.
-	// It reports false when db is not one it reads from; the read then
-	// goes through db.
-	Read func(ctx context.Context, db core.DBTX, query string, tok bool, args ...any) (rows []position.Row, token int64, ok bool, err error)
+	// database/sql, whose conversions cost more than the rest of a read,
+	// and appends the rows to dst. It reports false when db is not one it
+	// reads from; the read then goes through db.
+	Read func(ctx context.Context, db core.DBTX, dst []position.Row, query string, tok bool, args ...any) (rows []position.Row, token int64, ok bool, err error)
 }
 
 // positionRelay is the key of a table's row in its position table: one
@@ -134,6 +135,10 @@ type posLog struct {
 	// statement of one row of a longer write (RowsPerInsert 1, or the last).
 	insertOne                           [streamShapes]string
 	insertRow, readAfter, readKeysAfter string
+	// lastRead is the number of rows the last ReadAfter returned: the
+	// next one's slice starts with that room, so that a drain's reads do
+	// not grow theirs as they go and an idle reader's allocate nothing.
+	lastRead atomic.Int64
 
 	horizonMu sync.Mutex // HorizonEvery: the last horizon and when it was read
 	horizonAt time.Time
@@ -306,7 +311,12 @@ const readCols = "event_id, event_type, aggregate_type, aggregate_id, tenant_id,
 
 // ReadAfter implements position.Log.
 func (l *posLog) ReadAfter(ctx context.Context, db core.DBTX, after int64, limit int) ([]position.Row, position.Token, error) {
-	out, tok, err := l.read(ctx, db, l.readAfter, true, after, limit)
+	var dst []position.Row
+	if n := l.lastRead.Load(); n > 0 {
+		dst = make([]position.Row, 0, min(n, int64(limit)))
+	}
+	out, tok, err := l.read(ctx, db, dst, l.readAfter, true, after, limit)
+	l.lastRead.Store(int64(len(out)))
 	if err != nil {
 		return nil, 0, fmt.Errorf("read events after position %d: %w", after, err)
 	}
@@ -314,10 +324,11 @@ func (l *posLog) ReadAfter(ctx context.Context, db core.DBTX, after int64, limit
 }
 
 // read runs query, whose columns are readCols and, with tok, the token
-// after them, through the dialect's Read when it takes db.
-func (l *posLog) read(ctx context.Context, db core.DBTX, query string, tok bool, args ...any) ([]position.Row, int64, error) {
+// after them, through the dialect's Read when it takes db, and appends the
+// rows to dst.
+func (l *posLog) read(ctx context.Context, db core.DBTX, dst []position.Row, query string, tok bool, args ...any) ([]position.Row, int64, error) {
 	if read := l.s.d.Position.Read; read != nil {
-		if rows, token, ok, err := read(ctx, db, query, tok, args...); ok {
+		if rows, token, ok, err := read(ctx, db, dst, query, tok, args...); ok {
 			return rows, token, err
 		}
 	}
@@ -330,7 +341,7 @@ func (l *posLog) read(ctx context.Context, db core.DBTX, query string, tok bool,
 	if !tok {
 		dest = nil
 	}
-	rows, err := scanPosRows(res, dest)
+	rows, err := scanPosRows(res, dst, dest)
 	return rows, token, err
 }
 
@@ -376,7 +387,7 @@ func (l *posLog) ReadRanges(ctx context.Context, db core.DBTX, rs []position.Ran
 			args = append(args, r.Lo, r.Hi)
 		}
 		sb.WriteString(") ORDER BY pos")
-		rows, _, err := l.read(ctx, db, s.d.rebind(sb.String()), false, args...)
+		rows, _, err := l.read(ctx, db, nil, s.d.rebind(sb.String()), false, args...)
 		if err != nil {
 			return nil, fmt.Errorf("read events in open positions: %w", err)
 		}
@@ -386,11 +397,10 @@ func (l *posLog) ReadRanges(ctx context.Context, db core.DBTX, rs []position.Ran
 	return out, nil
 }
 
-// scanPosRows reads rows of readCols, and the token after them when tok is
-// not nil.
-func scanPosRows(rows *sql.Rows, tok *int64) ([]position.Row, error) {
+// scanPosRows appends to out the rows of readCols, and reads the token
+// after them when tok is not nil.
+func scanPosRows(rows *sql.Rows, out []position.Row, tok *int64) ([]position.Row, error) {
 	defer rows.Close()
-	var out []position.Row
 	var r row
 	var pos int64
 	dest := append(r.streamDest(), &pos)
