@@ -128,3 +128,24 @@ func FuzzScanTime(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeHeaders holds decodeHeaders, whose common case skips
+// encoding/json, to json.Unmarshal: the same map, or an error from both.
+func FuzzDecodeHeaders(f *testing.F) {
+	for _, s := range []string{`{}`, `{"k":"v"}`, `{"a":"1","b":"2"}`, `{"a":"}"}`, `{"a":"b}`, `{"a":"b",}`,
+		`{"a":"b""c":"d"}`, `{"a":"b","a":"c"}`, ` {"a":"b"}`, `{"a" :"b"}`, `{"a":"\u00e9"}`, `{"a":"` + "\xff" + `"}`,
+		`{"a":"` + "\x01" + `"}`, `null`, `{"k":1}`, `{"":""}`, `{"a":"b"`, `{`, `}`, `{"é":"ü/<>&"}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := decodeHeaders(s)
+		var want map[string]string
+		werr := json.Unmarshal([]byte(s), &want)
+		if (err != nil) != (werr != nil) {
+			t.Fatalf("decodeHeaders(%q) error %v; json.Unmarshal's %v", s, err, werr)
+		}
+		if err == nil && (!maps.Equal(got, want) || (got == nil) != (want == nil)) {
+			t.Fatalf("decodeHeaders(%q) = %#v; json.Unmarshal gives %#v", s, got, want)
+		}
+	})
+}

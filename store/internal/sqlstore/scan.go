@@ -4,7 +4,9 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/position"
@@ -156,7 +158,8 @@ func (r *row) decode() (core.Event, error) {
 	}
 	var headers map[string]string
 	if r.headers.Valid && r.headers.String != "" {
-		if err := json.Unmarshal([]byte(r.headers.String), &headers); err != nil {
+		var err error
+		if headers, err = decodeHeaders(r.headers.String); err != nil {
 			return core.Event{}, fmt.Errorf("headers: %w", err)
 		}
 	}
@@ -234,6 +237,73 @@ func encodeHeaders(h map[string]string) (any, error) {
 		return nil, fmt.Errorf("encode headers: %w", err)
 	}
 	return string(b), nil
+}
+
+// decodeHeaders decodes the headers column: a JSON object of strings, as
+// encodeHeaders writes it. The object encodeHeaders writes for ordinary
+// headers (no escapes, no white space, valid UTF-8) is split without
+// encoding/json, its keys and values slices of s; anything else, and every
+// error, goes to json.Unmarshal, so that both read the same from every s.
+func decodeHeaders(s string) (map[string]string, error) {
+	if h, ok := splitHeaders(s); ok {
+		return h, nil
+	}
+	var h map[string]string
+	err := json.Unmarshal([]byte(s), &h)
+	return h, err
+}
+
+// splitHeaders reads s as {"k":"v",...} with plain strings (no backslash,
+// no control character, valid UTF-8); false when s is anything else.
+func splitHeaders(s string) (map[string]string, bool) {
+	if len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' || strings.IndexByte(s, '\\') >= 0 {
+		return nil, false
+	}
+	h := make(map[string]string, strings.Count(s, `":"`))
+	body := s[1 : len(s)-1]
+	for body != "" {
+		k, rest, ok := plainString(body)
+		if !ok || rest == "" || rest[0] != ':' {
+			return nil, false
+		}
+		v, rest, ok := plainString(rest[1:])
+		if !ok {
+			return nil, false
+		}
+		h[k] = v
+		switch {
+		case rest == "":
+			body = ""
+		case rest[0] == ',' && len(rest) > 1:
+			body = rest[1:]
+		default:
+			return nil, false
+		}
+	}
+	return h, true
+}
+
+// plainString reads the JSON string that s starts with when it has no
+// escape or control character and is valid UTF-8, and returns it and what
+// follows it.
+func plainString(s string) (str, rest string, ok bool) {
+	if s == "" || s[0] != '"' {
+		return "", "", false
+	}
+	end := strings.IndexByte(s[1:], '"')
+	if end < 0 {
+		return "", "", false
+	}
+	str = s[1 : 1+end]
+	for i := 0; i < len(str); i++ {
+		if str[i] < 0x20 {
+			return "", "", false
+		}
+	}
+	if !utf8.ValidString(str) {
+		return "", "", false
+	}
+	return str, s[2+end:], true
 }
 
 func nullIfEmpty(s string) any {
