@@ -542,11 +542,12 @@ func outboxRun(ctx context.Context, tg target, meter cpuMeter, payload []byte, d
 	}
 	// delivered notes an acknowledged event: its commit-to-ack latency
 	// (live phase) and the count the drain waits for.
+	// Only live events have a commit time: the backlog's pay no clock read.
 	delivered := func(ev core.Event) {
-		now := time.Now()
 		if t0, ok := commitAt.Load(ev.ID()); ok {
+			d := time.Since(t0.(time.Time))
 			latMu.Lock()
-			lat = append(lat, now.Sub(t0.(time.Time)))
+			lat = append(lat, d)
 			latMu.Unlock()
 		}
 		acked.Add(1)
