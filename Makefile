@@ -147,8 +147,9 @@ lint: vet ## gofmt check, go vet, and golangci-lint when installed
 	@if command -v golangci-lint >/dev/null; then golangci-lint run; else echo "golangci-lint not installed; ran gofmt and go vet only"; fi
 
 CHAOS_FUZZTIME ?= 60s
-CHAOS_FUZZ ?= core:FuzzNewEnvelope core:FuzzEnvelopeHeaders core:FuzzRestoreEnvelope \
-	store/internal/sqlstore:FuzzParseTableName store/internal/sqlstore:FuzzDecodeRow store/internal/sqlstore:FuzzScanTime
+CHAOS_FUZZ ?= core:FuzzNewEnvelope core:FuzzEnvelopeHeaders core:FuzzRestoreEnvelope core:FuzzCheckText \
+	store/internal/sqlstore:FuzzParseTableName store/internal/sqlstore:FuzzDecodeRow store/internal/sqlstore:FuzzScanTime \
+	store/internal/sqlstore:FuzzDecodeHeaders
 
 # CHAOS_RUN narrows the suite (a go test -run pattern) and CHAOS_FUZZ= skips
 # the fuzzing, e.g. the crash and long-outage runs alone:
