@@ -315,6 +315,9 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 		r.log.InfoContext(ctx, "outbox position reader: reading from the persisted position",
 			slog.Int64("floor", st.Floor), slog.Int64("cursor", st.Cursor), slog.Int("open_ranges", len(st.Open)),
 			slog.Int("open_keys", len(open)))
+		// The hot path takes positions from now on: what FirstCycle waits
+		// for, not this cycle's read of a backlog.
+		r.markCycled()
 	}
 	room := r.cfg.Handler.ColdCapacity()
 	r.waitsForRoom = false
@@ -536,10 +539,10 @@ func sameRanges(a, b []Range) bool {
 // when it is not the table's reader.
 func (r *Reader) Lag() (floor, cursor int64, gaps int) { return r.t.lag() }
 
-// FirstCycle returns a channel closed once the reader's first cycle has
-// run (it loaded the persisted position and the hot path takes positions
-// from then on, or it stood by, or it failed and retries with backoff), or
-// once the reader has stopped.
+// FirstCycle returns a channel closed once the reader has loaded the
+// persisted position (the hot path takes positions from then on, before
+// the first read of a backlog), or its first cycle stood by or failed (it
+// retries with backoff), or the reader has stopped.
 func (r *Reader) FirstCycle() <-chan struct{} { return r.cycledChan() }
 
 func (r *Reader) cycledChan() chan struct{} {
