@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/delivery"
 	"github.com/outboxkit/outbox/internal/lease"
 	"github.com/outboxkit/outbox/internal/lifecycle"
 	"github.com/outboxkit/outbox/outboxlog"
@@ -35,6 +36,7 @@ type Dispatcher struct {
 	inflight  *inflight           // what the dispatcher holds; see inflight.go
 	batch     *doneBatcher        // nil: DONE outcomes are written one by one
 	doneBatch recordFunc          // how batch writes DONE outcomes; nil when batch is
+	memDone   delivery.MemoryDone // nil: every DONE is written; see doneInMemory
 	pending   *pendingWrites      // write-backs to try again; see writeback.go
 	renewer   core.LeaseRenewer   // nil: no lease renewal; see renew.go
 	ordered   core.OrderedStore   // nil: the store orders nothing; see ordered.go
@@ -142,6 +144,9 @@ func New(cfg Config) (*Dispatcher, error) {
 	})
 	if !cfg.NoYieldAfterCommit {
 		d.yield = runtime.Gosched
+	}
+	if md, ok := core.StoreAs[delivery.MemoryDone](cfg.Store); ok && !cfg.DeleteDelivered {
+		d.memDone = md
 	}
 	switch bm, ok := core.StoreAs[core.BatchMarker](cfg.Store); {
 	case cfg.DeleteDelivered:

@@ -339,3 +339,70 @@ func TestDoneBatchStress(t *testing.T) {
 		}
 	}
 }
+
+// memDoneStore keeps the DONE of the ids in memory in memory, as delivery
+// by position does (delivery.MemoryDone); every other DONE is written.
+type memDoneStore struct {
+	*batchStore
+	memory   map[string]bool // ids whose DONE is kept in memory; read-only once started
+	resolved chan string     // each id ResolveDone resolved
+}
+
+func (s *memDoneStore) ResolveDone(_ context.Context, id string) bool {
+	if !s.memory[id] {
+		return false
+	}
+	s.resolved <- id
+	return true
+}
+
+// waitResolved waits for ResolveDone to resolve id.
+func (s *memDoneStore) waitResolved(t *testing.T, id string) {
+	t.Helper()
+	select {
+	case got := <-s.resolved:
+		if got != id {
+			t.Fatalf("ResolveDone resolved %s, want %s", got, id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("ResolveDone was not called for %s", id)
+	}
+}
+
+func TestDoneInMemoryIsNotWritten(t *testing.T) {
+	t.Parallel()
+	ms := &memDoneStore{batchStore: newBatchStore(), memory: map[string]bool{"ev-mem": true}, resolved: make(chan string, 2)}
+	h := newHarness(t, func(context.Context, core.Event) error { return nil }, func(c *dispatch.Config) {
+		c.Store = ms
+		c.DoneBatchSize = 10
+		c.DoneBatchLinger = time.Hour // a DONE that took the write-back would wait for Close
+	})
+	h.store = ms.memStore
+	h.start()
+	ev := h.hot("ev-mem")
+	h.hot("ev-row")
+	ms.waitResolved(t, "ev-mem")
+	// Let go at once, not held until a write: the same event is taken
+	// again (a redelivery, as a second read of its position would be,
+	// leased anew by the dispatcher's clock).
+	ev.LockedAt = t0.Add(time.Minute)
+	deadline := time.Now().Add(10 * time.Second)
+	for !h.d.EnqueueHot(ev) {
+		if time.Now().After(deadline) {
+			t.Fatal("the event whose DONE was resolved in memory is still held by the dispatcher")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ms.waitResolved(t, "ev-mem")
+	h.close()
+	calls := ms.calls()
+	if len(calls) != 1 || !slices.Equal(calls[0].ids, []string{"ev-row"}) {
+		t.Errorf("MarkDoneBatch calls %v, want one with ev-row alone", calls)
+	}
+	if got := h.store.get(t, "ev-mem").Status; got == core.StatusDone {
+		t.Error("the row of the event resolved in memory was marked DONE")
+	}
+	if got := h.store.get(t, "ev-row").Status; got != core.StatusDone {
+		t.Errorf("ev-row status %v, want DONE", got)
+	}
+}

@@ -29,6 +29,9 @@ func (d *Dispatcher) record(ctx context.Context, e *entry, ev core.Event, res ou
 			return
 		}
 		d.cfg.Metrics.DispatchSuccess()
+		if d.doneInMemory(ctx, e) {
+			return
+		}
 		op := writeOp{e: e, kind: writeDone}
 		if d.batch != nil {
 			d.batch.add(op) // untracked once its DONE is written
@@ -87,6 +90,18 @@ func (d *Dispatcher) record(ctx context.Context, e *entry, ev core.Event, res ou
 			outboxlog.Err(err), slog.Int("attempts", attempts), slog.Int64("retry_in_ms", delay.Milliseconds()))
 		d.write(ctx, writeOp{e: e, kind: writeRetry, at: next, created: ev.CreatedAt, lastErr: core.TruncateError(err.Error())})
 	}
+}
+
+// doneInMemory lets e go at once when the store keeps its DONE in memory
+// (delivery by position): there is nothing to write, so nothing for the
+// write-back to wait for. An ordered event's DONE (core.OrderedStore) takes
+// the write-back, which moves its key on.
+func (d *Dispatcher) doneInMemory(ctx context.Context, e *entry) bool {
+	if d.memDone == nil || e.seq != 0 || !d.memDone.ResolveDone(ctx, e.id) {
+		return false
+	}
+	d.inflight.done(e)
+	return true
 }
 
 // writable moves e to state s for the write of its outcome, or reports

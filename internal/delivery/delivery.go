@@ -5,6 +5,7 @@
 package delivery
 
 import (
+	"context"
 	"errors"
 	"runtime/debug"
 	"time"
@@ -37,4 +38,14 @@ func Recover(err *error) {
 	if r := recover(); r != nil {
 		*err = &core.PanicError{Value: r, Stack: debug.Stack()}
 	}
+}
+
+// MemoryDone is a capability of a store that keeps the DONE of some events
+// in memory instead of in their rows: delivery by position, whose reader
+// resolves the positions it handed over. ResolveDone records the DONE of
+// the event id when the store keeps it so, and reports whether it did; the
+// dispatcher then lets the event go at once, without a write-back. For any
+// other event it does nothing and reports false.
+type MemoryDone interface {
+	ResolveDone(ctx context.Context, id string) bool
 }

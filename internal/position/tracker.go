@@ -200,6 +200,23 @@ func (t *tracker) endFail(ids []string) {
 func (t *tracker) resolve(id string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.resolveLocked(id)
+}
+
+// resolveOwned resolves id as delivered when the tracker owns it (see
+// owns), under one lock, and reports whether it did.
+func (t *tracker) resolveOwned(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.failing[id]; ok || !t.holds(id) {
+		return false
+	}
+	t.resolveLocked(id)
+	return true
+}
+
+// resolveLocked is resolve under mu.
+func (t *tracker) resolveLocked(id string) {
 	delete(t.failing, id)
 	if pos, ok := t.hot[id]; ok {
 		delete(t.hot, id)

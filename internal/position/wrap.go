@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/delivery"
 )
 
 // Store returns the store the Writer and the dispatcher use in position
@@ -44,6 +45,7 @@ var (
 	_ core.BatchMarker    = (*store)(nil)
 	_ core.LeaseRenewer   = (*store)(nil)
 	_ core.OrderedStore   = (*store)(nil)
+	_ delivery.MemoryDone = (*store)(nil)
 )
 
 func (s *store) Unwrap() core.Store { return s.Store }
@@ -268,6 +270,17 @@ func (s *store) split(ids []string, own func(id string)) (rest []string, n int64
 // resolveDone resolves the ids of STREAM events, hands over the next event
 // of each ordered key whose head it resolved, and returns the others and
 // how many it resolved.
+// ResolveDone implements delivery.MemoryDone: the DONE of an event the
+// reader handed over is a memory operation, done at once in the worker
+// that delivered it rather than through the dispatcher's write-back.
+func (s *store) ResolveDone(ctx context.Context, id string) bool {
+	if !s.r.t.resolveOwned(id) {
+		return false
+	}
+	s.r.next(ctx, id)
+	return true
+}
+
 func (s *store) resolveDone(ctx context.Context, ids []string) (rest []string, n int64) {
 	rest, n = s.split(ids, func(id string) {
 		s.r.t.resolve(id)
