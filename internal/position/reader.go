@@ -347,12 +347,13 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 			return false, err
 		}
 		var fetch []Range
+		kept := rows[:0] // the rows to deliver, filtered in place
 		for _, row := range rows {
 			if r.t.seenAfter(row.Pos, row.ID, tok) != deliver {
 				continue
 			}
 			if !light {
-				got = append(got, row)
+				kept = append(kept, row)
 				continue
 			}
 			if k := len(fetch); k > 0 && fetch[k-1].Hi+1 == row.Pos {
@@ -361,6 +362,9 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 				fetch = append(fetch, Range{Lo: row.Pos, Hi: row.Pos})
 			}
 		}
+		if !light {
+			got = kept
+		}
 		full = len(rows) == n
 		r.waitsForRoom = full && n < r.cfg.BatchSize // the read was cut to the room left
 		if len(fetch) > 0 {
@@ -368,6 +372,7 @@ func (r *Reader) cycle(ctx context.Context) (full bool, err error) {
 			// a row that left STREAM meanwhile cannot: only this process
 			// writes the rows it holds.
 			fetched, err := lg.ReadRanges(ctx, db, fetch)
+			got = slices.Grow(got, len(fetched))
 			found := make(map[int64]bool, len(fetched))
 			for _, row := range fetched {
 				found[row.Pos] = true
