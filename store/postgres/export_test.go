@@ -33,3 +33,10 @@ func Channel(table string) string { return channel(table) }
 
 // IDBound is the event_id bound of time t, for the partition tests.
 func IDBound(t time.Time) string { return idBound(t) }
+
+// RawForm and FromRaw are the position read's decoding of the bytes the
+// server sent, for the read tests.
+var (
+	RawForm = rawForm
+	FromRaw = fromRaw
+)
