@@ -490,7 +490,12 @@ func (r *Reader) divertPending(ctx context.Context) error {
 func (r *Reader) hand(ctx context.Context, row Row) bool {
 	if row.Err != nil {
 		r.log.ErrorContext(ctx, "outbox position reader: row cannot be decoded; marked DEAD", outboxlog.Err(row.Err), slog.String("event_id", row.ID))
-		if _, err := r.cfg.Log.MarkFailed(ctx, r.cfg.DB, row.ID, true, r.cfg.Now(), row.Err.Error()); err != nil {
+		// A key's next row is handed over from the DONE before it, in the
+		// worker that delivered that one: the write gets a cycle's time of
+		// its own rather than the worker's context.
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CycleTimeout)
+		defer cancel()
+		if _, err := r.cfg.Log.MarkFailed(mctx, r.cfg.DB, row.ID, true, r.cfg.Now(), row.Err.Error()); err != nil {
 			r.log.ErrorContext(ctx, "outbox position reader: marking an undecodable row DEAD failed", outboxlog.Err(err), slog.String("event_id", row.ID))
 			r.t.giveBack(row.ID)
 			return false
