@@ -519,6 +519,15 @@ func outboxRun(ctx context.Context, tg target, meter cpuMeter, payload []byte, d
 		}
 		done += batch
 	}
+	if *flagDB == "postgres" {
+		// As autovacuum would soon after such a write (the bench of
+		// package bench does the same after its fills). Without
+		// statistics, PostgreSQL plans the first five reads or claims of
+		// each connection as a scan and sort of the whole table.
+		if _, err := db.ExecContext(ctx, "ANALYZE "+st.Table()); err != nil {
+			return runResult{}, fmt.Errorf("analyze: %w", err)
+		}
+	}
 
 	var acked atomic.Int64
 	progress := make(chan struct{}, 1)
