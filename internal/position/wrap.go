@@ -267,9 +267,6 @@ func (s *store) split(ids []string, own func(id string)) (rest []string, n int64
 	return rest, n
 }
 
-// resolveDone resolves the ids of STREAM events, hands over the next event
-// of each ordered key whose head it resolved, and returns the others and
-// how many it resolved.
 // ResolveDone implements delivery.MemoryDone: the DONE of an event the
 // reader handed over is a memory operation, done at once in the worker
 // that delivered it rather than through the dispatcher's write-back.
@@ -281,21 +278,27 @@ func (s *store) ResolveDone(ctx context.Context, id string) bool {
 	return true
 }
 
+// resolveDone resolves the ids of STREAM events, hands over the next event
+// of each ordered key whose head it resolved, and returns the others and
+// how many it resolved.
 func (s *store) resolveDone(ctx context.Context, ids []string) (rest []string, n int64) {
-	rest, n = s.split(ids, func(id string) {
-		s.r.t.resolve(id)
-		s.r.next(ctx, id)
-	})
 	// No wake-up: a resolved position only moves the floor, which the
 	// next cycle saves; waking the reader per outcome would write the
 	// position table per DONE batch.
+	for _, id := range ids {
+		if s.ResolveDone(ctx, id) {
+			n++
+			continue
+		}
+		rest = append(rest, id)
+	}
 	return rest, n
 }
 
 // MarkDone implements core.Store.
 func (s *store) MarkDone(ctx context.Context, db core.DBTX, owner, id string, now time.Time) (bool, error) {
-	if rest, n := s.resolveDone(ctx, []string{id}); len(rest) == 0 {
-		return n == 1, nil
+	if s.ResolveDone(ctx, id) {
+		return true, nil
 	}
 	return s.Store.MarkDone(ctx, db, owner, id, now)
 }
