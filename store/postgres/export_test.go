@@ -40,3 +40,7 @@ var (
 	RawForm = rawForm
 	FromRaw = fromRaw
 )
+
+// GenericRead is the position reads' run of a query with the generic plan,
+// for the read tests.
+var GenericRead = genericRead

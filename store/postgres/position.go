@@ -29,10 +29,11 @@ import (
 // after that is final (rolled back). docs/design/position.md has the
 // argument.
 var positionSQL = &sqlstore.PositionSQL{
-	NextPos: `CASE WHEN pg_current_xact_id() IS NOT NULL THEN nextval('{{posseq}}') END`,
-	Token:   "(" + nextXid + ")",
-	Horizon: "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, (" + nextXid + ")",
-	Read:    readRows,
+	NextPos:  `CASE WHEN pg_current_xact_id() IS NOT NULL THEN nextval('{{posseq}}') END`,
+	Token:    "(" + nextXid + ")",
+	Horizon:  "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, (" + nextXid + ")",
+	Read:     readRows,
+	ReadKeys: readKeys,
 }
 
 // nextXid is the next transaction id to be assigned, as a bigint (xid8),

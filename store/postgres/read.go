@@ -10,6 +10,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -20,56 +21,134 @@ import (
 )
 
 // readRows is the position read of PositionSQL.Read: on a *sql.DB of pgx's
-// driver it runs the query on the pgx connection behind the pool and
-// decodes the rows from the bytes the server sent. database/sql would
-// convert every column to a driver value and then copy it into its
-// destination, and pgx's Scan looks up a plan per column; in a drain those
-// steps cost the process more than the rest of the read. Any other db (a
-// transaction, another driver), and columns that do not arrive in the forms
-// fromRaw decodes, are read through database/sql.
+// driver it runs the query on the pgx connection behind the pool, with the
+// generic plan (see onPgx), and decodes the rows from the bytes the server
+// sent. database/sql would convert every column to a driver value and then
+// copy it into its destination, and pgx's Scan looks up a plan per column;
+// in a drain those steps cost the process more than the rest of the read.
+// Any other db (a transaction, another driver), and columns that do not
+// arrive in the forms fromRaw decodes, are read through database/sql.
 func readRows(ctx context.Context, db core.DBTX, out []position.Row, query string, tok bool, args ...any) ([]position.Row, int64, bool, error) {
-	pool, ok := db.(*sql.DB)
-	if !ok {
+	var token int64
+	handled, err := onPgx(ctx, db, query, args, func(rows pgx.Rows) (bool, error) {
+		if !rawForm(rows.FieldDescriptions(), tok) {
+			return false, nil // not a form of pgx v5's: read through database/sql
+		}
+		var r sqlstore.StreamRow
+		for rows.Next() {
+			if err := fromRaw(&r, rows.RawValues(), &token); err != nil {
+				return true, err
+			}
+			out = append(out, r.Decode())
+		}
+		return true, rows.Err()
+	})
+	if !handled {
 		return nil, 0, false, nil
 	}
-	if _, ok := pool.Driver().(*stdlib.Driver); !ok {
+	return out, token, true, err
+}
+
+// readKeys is PositionSQL.ReadKeys, the read of positions and ids alone,
+// as readRows runs reads.
+func readKeys(ctx context.Context, db core.DBTX, query string, args ...any) ([]position.Row, int64, bool, error) {
+	var out []position.Row
+	var token int64
+	handled, err := onPgx(ctx, db, query, args, func(rows pgx.Rows) (bool, error) {
+		for rows.Next() {
+			var r position.Row
+			if err := rows.Scan(&r.Pos, &r.ID, &token); err != nil {
+				return true, err
+			}
+			out = append(out, r)
+		}
+		return true, rows.Err()
+	})
+	if !handled {
 		return nil, 0, false, nil
+	}
+	return out, token, true, err
+}
+
+// onPgx runs query on the pgx connection behind db, when db is a *sql.DB of
+// pgx's driver, and hands its rows to read, which reports whether it took
+// them; handled is false when db is not such a pool or read did not take
+// the rows (the caller then reads through database/sql).
+//
+// The query runs with PostgreSQL's generic plan, in a read-only
+// transaction sent with it in one round trip (BEGIN, SET LOCAL
+// plan_cache_mode, the query, COMMIT). A prepared statement's first five
+// executions on a connection are otherwise planned for their parameters
+// from the table's statistics, and a table never analyzed (autovacuum off,
+// or not run yet) has none: those plans then scan and sort the whole table,
+// where the generic plan walks the stream index in order.
+func onPgx(ctx context.Context, db core.DBTX, query string, args []any, read func(pgx.Rows) (bool, error)) (handled bool, err error) {
+	pool, ok := db.(*sql.DB)
+	if !ok {
+		return false, nil
+	}
+	if _, ok := pool.Driver().(*stdlib.Driver); !ok {
+		return false, nil
 	}
 	conn, err := pool.Conn(ctx)
 	if err != nil {
-		return nil, 0, true, err
+		return true, err
 	}
 	defer conn.Close()
-	var token int64
-	handled := false
 	err = conn.Raw(func(dc any) error {
 		sc, ok := dc.(*stdlib.Conn)
 		if !ok {
 			return nil
 		}
-		rows, err := sc.Conn().Query(ctx, query, args...)
-		if err != nil {
-			handled = true
-			return err
-		}
-		defer rows.Close()
-		if !rawForm(rows.FieldDescriptions(), tok) {
-			return nil // not a form of pgx v5's: read through database/sql
-		}
-		handled = true
-		var r sqlstore.StreamRow
-		for rows.Next() {
-			if err := fromRaw(&r, rows.RawValues(), &token); err != nil {
-				return err
-			}
-			out = append(out, r.Decode())
-		}
-		return rows.Err()
+		handled, err = genericRead(ctx, sc.Conn(), query, args, read)
+		return err
 	})
-	if err == nil && !handled {
-		return nil, 0, false, nil
+	return handled, err
+}
+
+// genericRead runs query in a read-only transaction with plan_cache_mode
+// force_generic_plan, all in one round trip, and hands its rows to read.
+// Whatever fails, the connection leaves without a transaction open: a
+// failed one is rolled back (if that fails too, database/sql discards the
+// connection, whose driver finds it still in a transaction).
+func genericRead(ctx context.Context, c *pgx.Conn, query string, args []any, read func(pgx.Rows) (bool, error)) (taken bool, err error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN READ ONLY")
+	b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
+	b.Queue(query, args...)
+	b.Queue("COMMIT")
+	br := c.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			taken, err = true, cerr
+		}
+		if c.PgConn().TxStatus() != 'I' {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_, _ = c.Exec(rctx, "ROLLBACK")
+		}
+	}()
+	for range 2 {
+		if _, err := br.Exec(); err != nil {
+			return true, err
+		}
 	}
-	return out, token, true, err
+	rows, err := br.Query()
+	if err != nil {
+		return true, err
+	}
+	taken, err = read(rows)
+	rows.Close()
+	if err == nil {
+		err = rows.Err()
+	}
+	if err != nil {
+		return true, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return true, err
+	}
+	return taken, nil
 }
 
 // The forms of the columns of a position read (readCols, then the token)

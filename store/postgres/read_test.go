@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/position"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/store/internal/sqlstore"
 	"github.com/outboxkit/outbox/store/postgres"
@@ -83,5 +88,99 @@ func TestFromRawRejects(t *testing.T) {
 	var token int64
 	if err := postgres.FromRaw(&r, row(be(0), be(9)), &token); err != nil || !r.CreatedAt.Equal(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)) || r.Pos != 9 {
 		t.Errorf("FromRaw of a valid row: %v, created_at %v, pos %d; want 2000-01-01 and 9", err, r.CreatedAt, r.Pos)
+	}
+}
+
+// The position reads run with PostgreSQL's generic plan, on a table never
+// analyzed as on any other: no custom plan of theirs is made (a custom plan
+// of a table without statistics scans and sorts the whole table), and the
+// connection goes back to the pool as it came, outside a transaction and
+// with the session's plan_cache_mode.
+func TestReadGenericPlan(t *testing.T) {
+	t.Parallel()
+	tg := testdb.Postgres(t)
+	tg.DB.SetMaxOpenConns(1) // every statement on the one session the test inspects
+	ctx := context.Background()
+	lg := position.LogOf(tg.Store)
+	envs := make([]core.Envelope, 3)
+	for i := range envs {
+		e, err := core.NewEnvelope(core.EnvelopeSpec{Type: core.EventName("OrderPlaced"), AggregateType: core.AggregateName("Order"),
+			AggregateID: fmt.Sprintf("o-%d", i), JSON: []byte(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		envs[i] = e
+	}
+	if _, err := lg.InsertStream(ctx, tg.DB, envs); err != nil {
+		t.Fatal(err)
+	}
+	for range 7 { // past the five executions that would be planned for their parameters
+		rows, _, err := lg.ReadAfter(ctx, tg.DB, 0, 10)
+		if err != nil || len(rows) != len(envs) {
+			t.Fatalf("ReadAfter: %d rows (%v), want %d", len(rows), err, len(envs))
+		}
+		keys, _, err := lg.ReadKeysAfter(ctx, tg.DB, 0, 10)
+		if err != nil || len(keys) != len(envs) {
+			t.Fatalf("ReadKeysAfter: %d rows (%v), want %d", len(keys), err, len(envs))
+		}
+		if got, err := lg.ReadRanges(ctx, tg.DB, []position.Range{{Lo: 1, Hi: 1 << 40}}); err != nil || len(got) != len(envs) {
+			t.Fatalf("ReadRanges: %d rows (%v), want %d", len(got), err, len(envs))
+		}
+	}
+	var generic, custom int
+	if err := tg.DB.QueryRowContext(ctx, "SELECT COALESCE(SUM(generic_plans), 0), COALESCE(SUM(custom_plans), 0) "+
+		"FROM pg_prepared_statements WHERE statement LIKE 'SELECT %' AND strpos(statement, $1) > 0 "+
+		"AND strpos(statement, 'pg_prepared_statements') = 0", tg.Table).Scan(&generic, &custom); err != nil {
+		t.Fatal(err)
+	}
+	if custom != 0 || generic < 3*7 {
+		t.Errorf("the reads were planned %d times for their parameters and %d times generically, want 0 and at least 21", custom, generic)
+	}
+	var mode string
+	if err := tg.DB.QueryRowContext(ctx, "SHOW plan_cache_mode").Scan(&mode); err != nil || mode != "auto" {
+		t.Errorf("the session's plan_cache_mode after the reads: %q (%v), want auto", mode, err)
+	}
+}
+
+// A read that fails, in the query or in the caller's decoding, leaves the
+// connection outside any transaction, with the session's plan_cache_mode.
+func TestGenericReadFailureLeavesNoTransaction(t *testing.T) {
+	t.Parallel()
+	pool := testdb.PgxPool(t)
+	ctx := context.Background()
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Release()
+	drain := func(rows pgx.Rows) (bool, error) {
+		for rows.Next() {
+		}
+		return true, rows.Err()
+	}
+	refuse := func(pgx.Rows) (bool, error) { return true, fmt.Errorf("undecodable") }
+	for _, tc := range []struct {
+		name, query string
+		read        func(pgx.Rows) (bool, error)
+		want        string
+	}{
+		{"query fails", "SELECT 1 / (random() > 2)::int", drain, "division by zero"},
+		{"read fails", "SELECT 1", refuse, "undecodable"},
+	} {
+		_, err := postgres.GenericRead(ctx, c.Conn(), tc.query, nil, tc.read)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
+		if st := c.Conn().PgConn().TxStatus(); st != 'I' {
+			t.Errorf("%s: the connection is left in transaction state %q", tc.name, st)
+		}
+		var mode string
+		if err := c.Conn().QueryRow(ctx, "SHOW plan_cache_mode").Scan(&mode); err != nil || mode != "auto" {
+			t.Errorf("%s: plan_cache_mode afterwards %q (%v), want auto", tc.name, mode, err)
+		}
+	}
+	taken, err := postgres.GenericRead(ctx, c.Conn(), "SELECT 1", nil, func(rows pgx.Rows) (bool, error) { return false, nil })
+	if taken || err != nil || c.Conn().PgConn().TxStatus() != 'I' {
+		t.Errorf("a read that leaves the rows: taken %v, error %v, state %q; want false, nil, idle", taken, err, c.Conn().PgConn().TxStatus())
 	}
 }

@@ -64,6 +64,10 @@ type PositionSQL struct {
 	// and appends the rows to dst. It reports false when db is not one it
 	// reads from; the read then goes through db.
 	Read func(ctx context.Context, db core.DBTX, dst []position.Row, query string, tok bool, args ...any) (rows []position.Row, token int64, ok bool, err error)
+	// ReadKeys, when set, runs the read of positions and ids alone
+	// (ReadKeysAfter's query: pos, event_id and the token, with args) as
+	// Read runs reads; it reports false when db is not one it reads from.
+	ReadKeys func(ctx context.Context, db core.DBTX, query string, args ...any) (rows []position.Row, token int64, ok bool, err error)
 }
 
 // positionRelay is the key of a table's row in its position table: one
@@ -347,6 +351,14 @@ func (l *posLog) read(ctx context.Context, db core.DBTX, dst []position.Row, que
 
 // ReadKeysAfter implements position.Log.
 func (l *posLog) ReadKeysAfter(ctx context.Context, db core.DBTX, after int64, limit int) ([]position.Row, position.Token, error) {
+	if read := l.s.d.Position.ReadKeys; read != nil {
+		if rows, tok, ok, err := read(ctx, db, l.readKeysAfter, after, limit); ok {
+			if err != nil {
+				return nil, 0, fmt.Errorf("read positions after %d: %w", after, err)
+			}
+			return rows, position.Token(tok), nil
+		}
+	}
 	res, err := db.QueryContext(ctx, l.readKeysAfter, after, limit)
 	if err != nil {
 		return nil, 0, fmt.Errorf("read positions after %d: %w", after, err)
