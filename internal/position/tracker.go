@@ -151,6 +151,11 @@ func (t *tracker) dropHot(id string) {
 func (t *tracker) owns(id string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.ownsLocked(id)
+}
+
+// ownsLocked is owns under mu.
+func (t *tracker) ownsLocked(id string) bool {
 	if _, ok := t.failing[id]; ok {
 		return false
 	}
@@ -208,7 +213,7 @@ func (t *tracker) resolve(id string) {
 func (t *tracker) resolveOwned(id string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if _, ok := t.failing[id]; ok || !t.holds(id) {
+	if !t.ownsLocked(id) {
 		return false
 	}
 	t.resolveLocked(id)
