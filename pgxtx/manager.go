@@ -8,6 +8,7 @@ import (
 	"reflect"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/txhooks"
@@ -84,7 +85,7 @@ func (m *Manager) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("begin transaction: %w", context.Cause(ctx))
 	}
-	ptx, err := m.db.BeginTx(ctx, m.opts)
+	ptx, release, err := m.begin(ctx)
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
@@ -103,6 +104,7 @@ func (m *Manager) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 		if err := t.rollback(endCtx); err != nil {
 			m.log.LogAttrs(endCtx, slog.LevelError, "pgxtx: roll back transaction after panic", outboxlog.Err(err))
 		}
+		release()
 		t.hooks.Finish(endCtx, false)
 	}()
 
@@ -113,15 +115,36 @@ func (m *Manager) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 		if rbErr := t.rollback(endCtx); rbErr != nil {
 			err = errors.Join(err, fmt.Errorf("roll back transaction: %w", rbErr))
 		}
+		release()
 		t.hooks.Finish(endCtx, false)
 		return err
 	}
-	if err := ptx.Commit(endCtx); err != nil {
+	err = ptx.Commit(endCtx)
+	release() // before the callbacks, which may want a connection of the pool
+	if err != nil {
 		t.hooks.Finish(endCtx, false)
 		return fmt.Errorf("commit transaction: %w", err)
 	}
 	t.hooks.Finish(endCtx, true)
 	return nil
+}
+
+// begin returns the transaction for Do, and what gives its connection back
+// once it has ended. On a pool or a connection the transaction is begun
+// with its first statement (see lazyTx); another Beginner's begins now.
+func (m *Manager) begin(ctx context.Context) (pgx.Tx, func(), error) {
+	switch db := m.db.(type) {
+	case *pgxpool.Pool:
+		c, err := db.Acquire(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &lazyTx{conn: c.Conn(), opts: m.opts}, c.Release, nil
+	case *pgx.Conn:
+		return &lazyTx{conn: db, opts: m.opts}, func() {}, nil
+	}
+	tx, err := m.db.BeginTx(ctx, m.opts)
+	return tx, func() {}, err
 }
 
 // managedTx is the pgx.Tx that Do hands to fn: pgx's own, whose Commit and

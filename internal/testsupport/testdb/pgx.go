@@ -15,6 +15,13 @@ import (
 // answer.
 func PgxPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
+	return PgxPoolWith(t, nil)
+}
+
+// PgxPoolWith is PgxPool with its configuration changed by configure
+// (nil: none) before the pool is made.
+func PgxPoolWith(t testing.TB, configure func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
 	dsn := os.Getenv(PostgresEnv)
 	if dsn == "" {
 		skipOrFail(t, "PostgreSQL tests: set %s=%s to run", PostgresEnv, examplePostgresDSN)
@@ -24,6 +31,9 @@ func PgxPool(t testing.TB) *pgxpool.Pool {
 		t.Fatalf("testdb: %s: %v", PostgresEnv, err)
 	}
 	cfg.MaxConns = poolSize
+	if configure != nil {
+		configure(cfg)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
