@@ -2,15 +2,20 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/position"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
+	"github.com/outboxkit/outbox/pgxtx"
 	"github.com/outboxkit/outbox/store"
 	"github.com/outboxkit/outbox/store/mysql"
 	"github.com/outboxkit/outbox/store/postgres"
@@ -32,9 +37,11 @@ type ours struct {
 	workers   int // Dispatch.Workers; 0 = default
 	batch     int // Poller.BatchSize; 0 = default
 	delivery  outbox.Delivery
+	pgx       bool // each instance on a pgx pool: writes in pgxtx's Do, the rest through pgx's database/sql adapter
 	st        store.SchemaManager
 	rec       *recorder
 	obs       []*outbox.Outbox
+	txms      []*pgxtx.Manager // with pgx, one per instance
 	pools     []*closer
 }
 
@@ -62,11 +69,26 @@ func (o *ours) setup(ctx context.Context, srv *server, writers int) error {
 		mode = outbox.MultiNode
 	}
 	for range max(o.instances, 1) {
-		db, err := srv.open(writers/max(o.instances, 1) + 8)
-		if err != nil {
-			return err
+		conns := writers/max(o.instances, 1) + 8
+		var db *sql.DB
+		if o.pgx {
+			pool, err := srv.openPgx(ctx, conns)
+			if err != nil {
+				return err
+			}
+			db = stdlib.OpenDBFromPool(pool)
+			o.pools = append(o.pools, &closer{func() error { err := db.Close(); pool.Close(); return err }})
+			txm, err := pgxtx.New(pool, pgxtx.Config{Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				return err
+			}
+			o.txms = append(o.txms, txm)
+		} else {
+			if db, err = srv.open(conns); err != nil {
+				return err
+			}
+			o.pools = append(o.pools, &closer{db.Close})
 		}
-		o.pools = append(o.pools, &closer{db.Close})
 		reg := core.NewRegistry()
 		if err := reg.RegisterFunc(orderAgg, orderPlaced, func(_ context.Context, ev core.Event) error {
 			n, _ := eventNo(ev.ID())
@@ -99,6 +121,17 @@ func (o *ours) write(ctx context.Context, i int, rec *recorder) error {
 		return err
 	}
 	ob := o.obs[i%len(o.obs)]
+	if o.pgx {
+		return o.txms[i%len(o.txms)].Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, o.bizQ, bizArgs(i)...); err != nil {
+				return err
+			}
+			t, _ := pgxtx.From(ctx)
+			t.AfterCommit(func(context.Context) { rec.commit(i) })
+			_, err := ob.Writer().Write(ctx, env)
+			return err
+		})
+	}
 	return ob.Do(ctx, func(ctx context.Context) error {
 		tx, ok := txctx.From(ctx)
 		if !ok {

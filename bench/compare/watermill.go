@@ -10,6 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // wm is watermill-sql as its documentation uses it for an outbox: a
@@ -18,6 +20,8 @@ import (
 // message. The default schema and offsets adapters of the dialect.
 type wm struct {
 	base
+	pgx    bool          // writers and subscriber on pgx pools (PostgreSQL)
+	pool   *pgxpool.Pool // the writers' pool on pgx
 	topic  string
 	poll   time.Duration
 	schema wsql.SchemaAdapter
@@ -42,7 +46,13 @@ func (w *wm) setup(ctx context.Context, srv *server, writers int) error {
 	}
 	// The subscriber creates the topic's tables: the publishers on
 	// transactions must not (DDL would commit the transaction).
-	sub, err := w.newSubscriber(w.db)
+	if w.pgx {
+		var err error
+		if w.pool, err = srv.openPgx(ctx, writers); err != nil {
+			return err
+		}
+	}
+	sub, err := w.newSubscriber(wsql.BeginnerFromStdSQL(w.db))
 	if err != nil {
 		return err
 	}
@@ -52,8 +62,8 @@ func (w *wm) setup(ctx context.Context, srv *server, writers int) error {
 	return sub.Close()
 }
 
-func (w *wm) newSubscriber(db wsql.SQLBeginner) (*wsql.Subscriber, error) {
-	return wsql.NewSubscriber(wsql.BeginnerFromStdSQL(db), wsql.SubscriberConfig{
+func (w *wm) newSubscriber(db wsql.Beginner) (*wsql.Subscriber, error) {
+	return wsql.NewSubscriber(db, wsql.SubscriberConfig{
 		ConsumerGroup:    "bench",
 		PollInterval:     w.poll,
 		SchemaAdapter:    w.schema,
@@ -65,6 +75,15 @@ func (w *wm) newSubscriber(db wsql.SQLBeginner) (*wsql.Subscriber, error) {
 func (w *wm) msg(i int) *message.Message { return message.NewMessage(eventID(i), payload(i)) }
 
 func (w *wm) write(ctx context.Context, i int, rec *recorder) error {
+	if w.pgx {
+		return w.inPgxTx(ctx, w.pool, i, rec, func(tx pgx.Tx) error {
+			pub, err := wsql.NewPublisher(wsql.TxFromPgx(tx), wsql.PublisherConfig{SchemaAdapter: w.schema}, watermill.NopLogger{})
+			if err != nil {
+				return err
+			}
+			return pub.Publish(w.topic, w.msg(i))
+		})
+	}
 	return w.inTx(ctx, i, rec, func(tx *sql.Tx) error {
 		pub, err := wsql.NewPublisher(wsql.TxFromStdSQL(tx), wsql.PublisherConfig{SchemaAdapter: w.schema}, watermill.NopLogger{})
 		if err != nil {
@@ -95,12 +114,22 @@ func (w *wm) fill(ctx context.Context, n int) error {
 }
 
 func (w *wm) start(ctx context.Context, rec *recorder) error {
-	db, err := w.srv.open(4)
-	if err != nil {
-		return err
+	var beginner wsql.Beginner
+	if w.pgx {
+		pool, err := w.srv.openPgx(ctx, 4)
+		if err != nil {
+			return err
+		}
+		w.cdb, beginner = closerFunc(func() error { pool.Close(); return nil }), wsql.BeginnerFromPgx(pool)
+	} else {
+		db, err := w.srv.open(4)
+		if err != nil {
+			return err
+		}
+		w.cdb, beginner = db, wsql.BeginnerFromStdSQL(db)
 	}
-	w.cdb = db
-	if w.sub, err = w.newSubscriber(db); err != nil {
+	var err error
+	if w.sub, err = w.newSubscriber(beginner); err != nil {
 		return err
 	}
 	sctx, cancel := context.WithCancel(ctx)
@@ -131,4 +160,14 @@ func (w *wm) stop(context.Context) error {
 	return err
 }
 
-func (w *wm) teardown(ctx context.Context) { w.teardownBase(ctx) }
+func (w *wm) teardown(ctx context.Context) {
+	if w.pool != nil {
+		w.pool.Close()
+	}
+	w.teardownBase(ctx)
+}
+
+// closerFunc is a Close method of a function.
+type closerFunc func() error
+
+func (f closerFunc) Close() error { return f() }
