@@ -26,11 +26,27 @@
 //
 // # The transaction
 //
-// The pgx.Tx that Do hands to fn is pgx's own, with every pgx feature
-// (batches, COPY, nested transactions as savepoints), except that Commit and
-// Rollback are Do's: called by fn, they fail with ErrManagedTx and change
-// nothing. A nested transaction begun with tx.Begin commits and rolls back
-// its savepoint as usual.
+// The pgx.Tx that Do hands to fn has every pgx feature (batches, COPY,
+// nested transactions as savepoints), except that Commit and Rollback are
+// Do's: called by fn, they fail with ErrManagedTx and change nothing. A
+// nested transaction begun with tx.Begin commits and rolls back its
+// savepoint as usual.
+//
+// # BEGIN rides with the first statement
+//
+// On a *pgxpool.Pool or a *pgx.Conn, Do sends no BEGIN of its own: the
+// transaction's first statement goes in one pgx batch behind it
+// (pgx.Batch.BeginTx), and everything after runs on pgx's own transaction.
+// A business statement, an outbox write and COMMIT cost three round trips
+// instead of four, and a function that runs no statement sends nothing at
+// all. What the function sees is what an eager BEGIN would give: the first
+// statement runs in the transaction, and an error of BEGIN is the error of
+// that statement, after which the transaction is closed (pgx.ErrTxClosed)
+// and nothing runs outside it. A first statement without arguments (pgx
+// runs it with the simple protocol, which allows several statements in one
+// string), or with a pgx.QueryExecMode, and a first CopyFrom, tx.Begin,
+// tx.Conn or tx.LargeObjects begin on their own first, as before. With
+// another Beginner, Do begins with its BeginTx.
 //
 // Tx, the value in the context (see From and core.TxFromContext), is also a
 // core.DBTX, so that any outbox store can write with it: ExecContext runs
@@ -56,7 +72,8 @@
 // transaction with the same pgx.Tx, and the outer Do commits or rolls back.
 // A transaction of another handle is not joined.
 //
-// BEGIN honours ctx. Once begun, the transaction is Do's to end: Do commits
+// Acquiring the connection honours ctx; BEGIN honours the context of the
+// statement it goes with. Once begun, the transaction is Do's to end: Do commits
 // whenever fn returns nil, even if ctx was cancelled after fn's last
 // statement, and rolls back otherwise, whatever the state of ctx.
 package pgxtx

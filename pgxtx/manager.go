@@ -66,9 +66,12 @@ func New(db Beginner, cfg Config) (*Manager, error) {
 // one ctx already carries (see the package documentation), commits when fn
 // returns nil and rolls back otherwise.
 //
+// On a pool or a connection, BEGIN goes with fn's first statement (see the
+// package documentation), so that its error is that statement's.
+//
 // Do returns fn's error unchanged (joined with the rollback error if the
-// rollback failed too), or the error of BEGIN or COMMIT wrapped with
-// context. When fn panics, Do rolls back, runs the after-rollback callbacks
+// rollback failed too), or the error of acquiring the connection (of BEGIN,
+// with another Beginner) or of COMMIT wrapped with context. When fn panics, Do rolls back, runs the after-rollback callbacks
 // and lets the panic continue. A nil fn returns an error matching
 // core.ErrInvalid.
 func (m *Manager) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
