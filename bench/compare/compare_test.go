@@ -124,3 +124,31 @@ func TestPerEvent(t *testing.T) {
 		t.Errorf("perEvent of no events = %v / %v, %v, want zeros", goUs, dbUs, allocs)
 	}
 }
+
+// TestMedians folds rounds into medians, ranges and sums, and leaves a
+// single round as it was.
+func TestMedians(t *testing.T) {
+	rounds := []outcome{
+		{Contender: "a", DB: "postgres", Round: 1, W1PerSec: 100, W2PerSec: 10, P99Ms: 3, Duplicates: 1},
+		{Contender: "b", DB: "postgres", Round: 1, W1PerSec: 7, W1Error: "stalled"},
+		{Contender: "a", DB: "postgres", Round: 2, W1PerSec: 300, W2PerSec: 0, P99Ms: 1, W2Error: "failed"},
+		{Contender: "a", DB: "postgres", Round: 3, W1PerSec: 200, W2PerSec: 30, P99Ms: 2, Duplicates: 2},
+	}
+	got := medians(rounds)
+	if len(got) != 2 || got[0].Contender != "a" || got[1].Contender != "b" {
+		t.Fatalf("medians: %+v", got)
+	}
+	a, b := got[0], got[1]
+	if a.Rounds != 3 || a.W1PerSec != 200 || a.W1Range != [2]float64{100, 300} || a.P99Ms != 2 || a.Duplicates != 3 {
+		t.Errorf("a: %d rounds, W1 %v %v, p99 %v, %d duplicates; want 3, 200 [100 300], 2, 3", a.Rounds, a.W1PerSec, a.W1Range, a.P99Ms, a.Duplicates)
+	}
+	if a.W2PerSec != 20 || a.W2Range != [2]float64{10, 30} || a.W2Error != "round 2: failed" {
+		t.Errorf("a: W2 %v %v %q; want 20 (the rounds that measured it), [10 30], the failed round named", a.W2PerSec, a.W2Range, a.W2Error)
+	}
+	if b.Rounds != 1 || b.W1PerSec != 7 || b.W1Error != "stalled" || spread(&b, b.W1Range) != "" {
+		t.Errorf("b: %+v; want the single round unchanged, no range", b)
+	}
+	if s := spread(&a, a.W1Range); s != " [100-300]" {
+		t.Errorf("spread %q", s)
+	}
+}

@@ -30,6 +30,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -52,6 +53,7 @@ type config struct {
 	grace     time.Duration
 	jsonOut   string
 	cpuProf   string
+	rounds    int
 }
 
 func parseFlags(args []string) (*config, error) {
@@ -68,13 +70,14 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.riverWork, "river-workers", 100, "River's MaxWorkers of the queue")
 	fs.DurationVar(&c.timeout, "timeout", 2*time.Minute, "give up on a contender's run after this long and report what is missing")
 	fs.DurationVar(&c.grace, "grace", 300*time.Millisecond, "keep consumers running this long after the last event to count late duplicates")
+	fs.IntVar(&c.rounds, "rounds", 1, "run every contender this many times, in an order rotated each round, and report the median (and the range) of each figure")
 	fs.StringVar(&c.jsonOut, "json", "", "also write the results to this JSON file")
-	fs.StringVar(&c.cpuProf, "w1-cpuprofile", "", "write a CPU profile of this process during each contender's W1 (writes and deliveries) to this directory, one file per server and contender")
+	fs.StringVar(&c.cpuProf, "w1-cpuprofile", "", "write a CPU profile of this process during each contender's W1 (writes and deliveries) to this directory, one file per server and contender (and round, after the first)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	if c.w1Events < 1 || c.w2Events < 1 || c.writers < 1 || c.consumers < 1 || c.claim < 1 || c.riverWork < 1 {
-		return nil, fmt.Errorf("-w1-events, -w2-events, -writers, -hand-consumers, -hand-claim and -river-workers must be at least 1")
+	if c.w1Events < 1 || c.w2Events < 1 || c.writers < 1 || c.consumers < 1 || c.claim < 1 || c.riverWork < 1 || c.rounds < 1 {
+		return nil, fmt.Errorf("-w1-events, -w2-events, -writers, -hand-consumers, -hand-claim, -river-workers and -rounds must be at least 1")
 	}
 	if c.poll <= 0 || c.timeout <= 0 || c.grace < 0 {
 		return nil, fmt.Errorf("-poll and -timeout must be positive, -grace not negative")
@@ -192,36 +195,27 @@ func run(ctx context.Context, c *config) error {
 			defer admin.Close()
 			srv.admin = admin
 		}
-		var outs []outcome
+		var sel []*kind
 		for _, k := range ks {
-			if !selected(c, k) || (k.pgOnly && !srv.pg()) {
-				continue
+			if selected(c, k) && (!k.pgOnly || srv.pg()) {
+				sel = append(sel, k)
 			}
-			o := outcome{Contender: k.name, DB: srv.name}
-			fmt.Printf("[%s] %s: W1 ...\n", srv.name, k.name)
-			if err := runW1(ctx, c, srv, k, &o); err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				o.W1Error = err.Error()
-				fmt.Printf("    W1 failed: %v\n", err)
-			}
-			if !k.noW2 {
-				fmt.Printf("[%s] %s: W2 ...\n", srv.name, k.name)
-				if err := runW2(ctx, c, srv, k, &o); err != nil {
-					if ctx.Err() != nil {
-						return ctx.Err()
-					}
-					o.W2Error = err.Error()
-					fmt.Printf("    W2 failed: %v\n", err)
-				}
-			}
-			outs = append(outs, o)
 		}
-		ratios(outs)
-		all = append(all, outs...)
+		var rounds []outcome
+		for r := range c.rounds {
+			// Each round starts one contender later, so that no
+			// contender always runs first, or right after another.
+			order := append(slices.Clone(sel[r%len(sel):]), sel[:r%len(sel)]...)
+			outs, err := runRound(ctx, c, srv, order, r)
+			if err != nil {
+				return err
+			}
+			ratios(outs)
+			rounds = append(rounds, outs...)
+		}
+		all = append(all, rounds...)
 	}
-	printTable(os.Stdout, c, ks, all, srvs)
+	printTable(os.Stdout, c, ks, medians(all), srvs)
 	if c.jsonOut != "" {
 		b, err := json.MarshalIndent(struct {
 			Load    string    `json:"load_average_after"`
@@ -237,6 +231,34 @@ func run(ctx context.Context, c *config) error {
 		}
 	}
 	return nil
+}
+
+// runRound runs W1 and W2 of each contender of ks on srv, in that order.
+func runRound(ctx context.Context, c *config, srv *server, ks []*kind, round int) ([]outcome, error) {
+	var outs []outcome
+	for _, k := range ks {
+		o := outcome{Contender: k.name, DB: srv.name, Round: round + 1}
+		fmt.Printf("[%s] round %d, %s: W1 ...\n", srv.name, round+1, k.name)
+		if err := runW1(ctx, c, srv, k, &o); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			o.W1Error = err.Error()
+			fmt.Printf("    W1 failed: %v\n", err)
+		}
+		if !k.noW2 {
+			fmt.Printf("[%s] round %d, %s: W2 ...\n", srv.name, round+1, k.name)
+			if err := runW2(ctx, c, srv, k, &o); err != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				o.W2Error = err.Error()
+				fmt.Printf("    W2 failed: %v\n", err)
+			}
+		}
+		outs = append(outs, o)
+	}
+	return outs, nil
 }
 
 // ratios divides each contender's rates by the hand-written SQL's of the

@@ -43,6 +43,7 @@ type kind struct {
 type outcome struct {
 	Contender string  `json:"contender"`
 	DB        string  `json:"db"`
+	Round     int     `json:"round"` // 1, 2, ... (-rounds)
 	W1PerSec  float64 `json:"w1_events_per_sec,omitempty"`
 	W1Ratio   float64 `json:"w1_ratio_to_hand_sql,omitempty"`
 	P50Ms     float64 `json:"w1_p50_ms,omitempty"`
@@ -63,14 +64,20 @@ type outcome struct {
 	// Duplicates are deliveries of an event already delivered, W1 and W2
 	// together, counted up to -grace after the last event arrived.
 	Duplicates int64 `json:"duplicates"`
-	Ran        bool  `json:"-"`
-	RanW2      bool  `json:"-"`
+	// Rounds, W1Range and W2Range describe a median of several rounds
+	// (see medians): how many, and the lowest and highest rates.
+	Rounds  int        `json:"-"`
+	W1Range [2]float64 `json:"-"`
+	W2Range [2]float64 `json:"-"`
+	Ran     bool       `json:"-"`
+	RanW2   bool       `json:"-"`
 }
 
 // startProfile starts a CPU profile of this process into dir (none when
-// dir is ""), in a file named after the server and the contender, and
-// returns what stops it; calling that again does nothing.
-func startProfile(dir, server, contender string) (stop func(), err error) {
+// dir is ""), in a file named after the server and the contender (and the
+// round, after the first), and returns what stops it; calling that again
+// does nothing.
+func startProfile(dir, server, contender string, round int) (stop func(), err error) {
 	if dir == "" {
 		return func() {}, nil
 	}
@@ -80,6 +87,9 @@ func startProfile(dir, server, contender string) (stop func(), err error) {
 		}
 		return '-'
 	}, strings.ToLower(contender))
+	if round > 1 {
+		slug += fmt.Sprintf("-round%d", round)
+	}
 	f, err := os.Create(filepath.Join(dir, server+"-"+slug+".pprof"))
 	if err != nil {
 		return nil, fmt.Errorf("cpu profile: %w", err)
@@ -124,7 +134,7 @@ func runW1(ctx context.Context, c *config, srv *server, k *kind, out *outcome) e
 		return ct.stop(ctx)
 	}
 	defer func() { _ = stop() }()
-	stopProf, err := startProfile(c.cpuProf, srv.name, k.name)
+	stopProf, err := startProfile(c.cpuProf, srv.name, k.name, out.Round)
 	if err != nil {
 		return err
 	}
