@@ -238,22 +238,25 @@ func runRound(ctx context.Context, c *config, srv *server, ks []*kind, round int
 	var outs []outcome
 	for _, k := range ks {
 		o := outcome{Contender: k.name, DB: srv.name, Round: round + 1}
-		fmt.Printf("[%s] round %d, %s: W1 ...\n", srv.name, round+1, k.name)
-		if err := runW1(ctx, c, srv, k, &o); err != nil {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
+		// phase runs one workload: its failure is the outcome's, unless
+		// ctx ended, which ends the run.
+		phase := func(name string, run func(context.Context, *config, *server, *kind, *outcome) error, failed *string) error {
+			fmt.Printf("[%s] round %d, %s: %s ...\n", srv.name, round+1, k.name, name)
+			if err := run(ctx, c, srv, k, &o); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				*failed = err.Error()
+				fmt.Printf("    %s failed: %v\n", name, err)
 			}
-			o.W1Error = err.Error()
-			fmt.Printf("    W1 failed: %v\n", err)
+			return nil
+		}
+		if err := phase("W1", runW1, &o.W1Error); err != nil {
+			return nil, err
 		}
 		if !k.noW2 {
-			fmt.Printf("[%s] round %d, %s: W2 ...\n", srv.name, round+1, k.name)
-			if err := runW2(ctx, c, srv, k, &o); err != nil {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				o.W2Error = err.Error()
-				fmt.Printf("    W2 failed: %v\n", err)
+			if err := phase("W2", runW2, &o.W2Error); err != nil {
+				return nil, err
 			}
 		}
 		outs = append(outs, o)
