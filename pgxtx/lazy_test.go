@@ -334,3 +334,48 @@ func TestBeginOnConn(t *testing.T) {
 		t.Fatalf("%d rows, want 1", n)
 	}
 }
+
+// TestFirstStatementOnLostConnection: when the server has closed the
+// pool's connection (a restart, an administrator), the statement that
+// carries BEGIN fails, Do returns its error with nothing written, the pool
+// drops the connection, and the next Do runs on a new one.
+func TestFirstStatementOnLostConnection(t *testing.T) {
+	pool := testdb.PgxPoolWith(t, func(c *pgxpool.Config) { c.MaxConns = 1 })
+	table := items(t, pool)
+	ctx := context.Background()
+	insert := "INSERT INTO " + table + " (name) VALUES ($1)"
+	var pid uint32
+	if err := pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
+		pid = c.Conn().PgConn().PID()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	admin := testdb.PgxPool(t)
+	// Waits (up to 5 s) until the backend has exited.
+	var gone bool
+	if err := admin.QueryRow(ctx, "SELECT pg_terminate_backend($1, 5000)", int64(pid)).Scan(&gone); err != nil || !gone {
+		t.Fatalf("terminate the pool's backend: %v, %v", gone, err)
+	}
+
+	m := newManager(t, pool, pgxtx.Config{})
+	err := m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, insert, "lost")
+		return err
+	})
+	if err == nil {
+		t.Fatal("Do on a terminated connection succeeded")
+	}
+	if err := m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, insert, "next")
+		return err
+	}); err != nil {
+		t.Fatalf("the next Do: %v", err)
+	}
+	var names []string
+	rows, _ := pool.Query(ctx, "SELECT name FROM "+table)
+	names, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || fmt.Sprint(names) != "[next]" {
+		t.Fatalf("rows %v, %v; want only the next Do's", names, err)
+	}
+}
