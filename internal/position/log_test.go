@@ -220,3 +220,33 @@ func benchmarkReadAfter(b *testing.B, tg testdb.Target) {
 		}
 	}
 }
+
+// TestClaimState: the first claim of a table makes the zero position its
+// claimer's; a later claim takes the saved position over, with its open
+// ranges, and fences the previous owner's saves.
+func TestClaimState(t *testing.T) {
+	testdb.ForEach(t, func(t *testing.T, tg testdb.Target) {
+		ctx := context.Background()
+		lg := schemaLog(t, tg, tg.Store)
+		t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		st, err := lg.ClaimState(ctx, tg.DB, "a", t0)
+		if err != nil || st.Floor != 0 || st.Cursor != 0 || len(st.Open) != 0 || st.Owner != "a" || !st.UpdatedAt.Equal(t0) {
+			t.Fatalf("first claim: %+v, %v; want the zero position, owner a, updated at %v", st, err, t0)
+		}
+		saved := position.State{Floor: 3, Cursor: 9, Open: []position.Range{{Lo: 5, Hi: 6}}}
+		if ok, err := lg.SaveState(ctx, tg.DB, "a", saved, t0.Add(time.Second)); err != nil || !ok {
+			t.Fatalf("a's save: %v, %v", ok, err)
+		}
+		t2 := t0.Add(2 * time.Second)
+		st, err = lg.ClaimState(ctx, tg.DB, "b", t2)
+		if err != nil || st.Floor != 3 || st.Cursor != 9 || fmt.Sprint(st.Open) != fmt.Sprint(saved.Open) || st.Owner != "b" || !st.UpdatedAt.Equal(t2) {
+			t.Fatalf("takeover: %+v, %v; want a's position, owner b, updated at %v", st, err, t2)
+		}
+		if ok, err := lg.SaveState(ctx, tg.DB, "a", position.State{Floor: 4, Cursor: 9}, t2); err != nil || ok {
+			t.Fatalf("a's save after the takeover: %v, %v; want fenced", ok, err)
+		}
+		if st, err := lg.LoadState(ctx, tg.DB); err != nil || st.Floor != 3 || st.Owner != "b" {
+			t.Fatalf("load: %+v, %v; want b's, floor 3", st, err)
+		}
+	})
+}

@@ -52,6 +52,7 @@ var positionSQL = &sqlstore.PositionSQL{
 	HorizonWarnings: true,
 	HorizonEvery:    200 * time.Millisecond,
 	ReadPrefix:      systemTZ,
+	ClaimInTx:       true,
 	InsertIgnore:    "ON DUPLICATE KEY UPDATE relay = relay",
 }
 

@@ -1,7 +1,6 @@
 package sqlstore
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -51,8 +50,13 @@ type PositionSQL struct {
 	// ReadPrefix is put before the reads that take Token (MariaDB: SET
 	// STATEMENT time_zone = ... FOR).
 	ReadPrefix string
-	// InsertIgnore ends the INSERT of the position row that does nothing
-	// when the row exists. Default "ON CONFLICT (relay) DO NOTHING".
+	// ClaimInTx: the position row is taken in a transaction of three
+	// statements (an INSERT that does nothing when the row exists, ending
+	// with InsertIgnore; an UPDATE; a SELECT), for a dialect without
+	// RETURNING on an upsert (MySQL, MariaDB). Default: in one statement,
+	// INSERT ... ON CONFLICT (relay) DO UPDATE ... RETURNING.
+	ClaimInTx bool
+	// InsertIgnore ends the INSERT of ClaimInTx.
 	InsertIgnore string
 	// RowsPerInsert caps the rows of one STREAM INSERT: 1 where NextPos
 	// reads the table (SQLite), so that each row sees the one before.
@@ -502,21 +506,29 @@ func (l *posLog) Horizon(ctx context.Context, db core.DBTX) (position.Token, pos
 // ClaimState implements position.Log.
 func (l *posLog) ClaimState(ctx context.Context, db core.DBTX, owner string, now time.Time) (position.State, error) {
 	s := l.s
+	const cols = "floor_pos, cursor_pos, open_pos, owner, updated_at"
+	insert := s.d.rebind("INSERT INTO " + l.pt + " (relay, " + cols + ") VALUES (?, 0, 0, '[]', ?, ?) ")
 	var st position.State
-	ignore := cmp.Or(s.d.Position.InsertIgnore, "ON CONFLICT (relay) DO NOTHING")
-	err := inTx(ctx, db, func(tx core.DBTX) error {
-		if _, err := tx.ExecContext(ctx, s.d.rebind("INSERT INTO "+l.pt+" (relay, floor_pos, cursor_pos, open_pos, owner, updated_at) "+
-			"VALUES (?, 0, 0, '[]', ?, ?) "+ignore), positionRelay, owner, s.ts(now)); err != nil {
+	var err error
+	if !s.d.Position.ClaimInTx {
+		// One statement, one round trip: a reader's Start and a
+		// standby's takeover wait for it.
+		st, err = scanState(db.QueryRowContext(ctx, insert+"ON CONFLICT (relay) DO UPDATE SET owner = excluded.owner, "+
+			"updated_at = excluded.updated_at RETURNING "+cols, positionRelay, owner, s.ts(now)))
+	} else {
+		err = inTx(ctx, db, func(tx core.DBTX) error {
+			if _, err := tx.ExecContext(ctx, insert+s.d.Position.InsertIgnore, positionRelay, owner, s.ts(now)); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, s.d.rebind("UPDATE "+l.pt+" SET owner = ?, updated_at = ? WHERE relay = ?"),
+				owner, s.ts(now), positionRelay); err != nil {
+				return err
+			}
+			var err error
+			st, err = l.load(ctx, tx)
 			return err
-		}
-		if _, err := tx.ExecContext(ctx, s.d.rebind("UPDATE "+l.pt+" SET owner = ?, updated_at = ? WHERE relay = ?"),
-			owner, s.ts(now), positionRelay); err != nil {
-			return err
-		}
-		var err error
-		st, err = l.load(ctx, tx)
-		return err
-	})
+		})
+	}
 	if err != nil {
 		return position.State{}, fmt.Errorf("take the position of %s: %w", s.table, err)
 	}
@@ -536,17 +548,23 @@ func (l *posLog) LoadState(ctx context.Context, db core.DBTX) (position.State, e
 }
 
 func (l *posLog) load(ctx context.Context, db core.DBTX) (position.State, error) {
+	return scanState(db.QueryRowContext(ctx, l.s.d.rebind("SELECT floor_pos, cursor_pos, open_pos, owner, updated_at FROM "+l.pt+
+		" WHERE relay = ?"), positionRelay))
+}
+
+// scanState reads a position row: floor_pos, cursor_pos, open_pos, owner,
+// updated_at.
+func scanState(row *sql.Row) (position.State, error) {
 	var st position.State
 	var open string
 	var at nullTime
-	err := db.QueryRowContext(ctx, l.s.d.rebind("SELECT floor_pos, cursor_pos, open_pos, owner, updated_at FROM "+l.pt+
-		" WHERE relay = ?"), positionRelay).Scan(&st.Floor, &st.Cursor, &open, &st.Owner, &at)
-	if err != nil {
-		return st, err
+	if err := row.Scan(&st.Floor, &st.Cursor, &open, &st.Owner, &at); err != nil {
+		return position.State{}, err
 	}
 	st.UpdatedAt = at.Time
+	var err error
 	if st.Open, err = decodeRanges(open); err != nil {
-		return st, err
+		return position.State{}, err
 	}
 	return st, nil
 }
