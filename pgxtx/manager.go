@@ -71,9 +71,9 @@ func New(db Beginner, cfg Config) (*Manager, error) {
 //
 // Do returns fn's error unchanged (joined with the rollback error if the
 // rollback failed too), or the error of acquiring the connection (of BEGIN,
-// with another Beginner) or of COMMIT wrapped with context. When fn panics, Do rolls back, runs the after-rollback callbacks
-// and lets the panic continue. A nil fn returns an error matching
-// core.ErrInvalid.
+// with another Beginner) or of COMMIT wrapped with context. When fn panics,
+// Do rolls back, runs the after-rollback callbacks and lets the panic
+// continue. A nil fn returns an error matching core.ErrInvalid.
 func (m *Manager) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if fn == nil {
 		return core.Invalid("transaction function", "is nil")
