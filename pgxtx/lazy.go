@@ -21,7 +21,7 @@ import (
 // own: one without arguments (pgx runs it with the simple protocol, which
 // allows several statements in one string), one that picks its own
 // QueryExecMode, CopyFrom, a savepoint (Begin), and Conn and LargeObjects,
-// whose callers run statements without the transaction seeing them.
+// through which statements reach the connection without passing here.
 type lazyTx struct {
 	conn *pgx.Conn
 	opts pgx.TxOptions
