@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/outboxkit/outbox/internal/writectx"
 	"github.com/outboxkit/outbox/outboxlog"
 )
 
@@ -292,7 +293,9 @@ func (w *Writer) write(ctx context.Context, db DBTX, envs []Envelope) ([]string,
 			}
 		}
 	} else {
-		err = w.store.Insert(ctx, db, envs, opts)
+		// The INSERT returns nothing the Writer reads: a transaction may
+		// send it with its next statement (see package writectx).
+		err = w.store.Insert(writectx.Mark(ctx), db, envs, opts)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("write events: %w", err)

@@ -1,11 +1,15 @@
 package pgxtx
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxkit/outbox/internal/writectx"
 )
 
 // lazyTx is the transaction Do hands out on a pool or a connection. It sends
@@ -22,11 +26,29 @@ import (
 // allows several statements in one string), one that picks its own
 // QueryExecMode, CopyFrom, a savepoint (Begin), and Conn and LargeObjects,
 // through which statements reach the connection without passing here.
+//
+// With hold (Config.SendWritesWithCommit), the outbox's INSERTs (the
+// statements core.Writer marks, see package writectx) are held and sent in
+// the batch of the transaction's next statement, or of its COMMIT, ahead of
+// it: in the order they were written, before anything that comes after
+// them. A rollback drops them unsent. Holding stops for the rest of the
+// transaction at Begin, Conn and LargeObjects, whose statements do not
+// pass here.
 type lazyTx struct {
 	conn *pgx.Conn
 	opts pgx.TxOptions
 	tx   pgx.Tx // pgx's transaction, once begun; closed after a BEGIN that failed
 	err  error  // a BEGIN that failed where its error could not be returned
+	hold bool
+	held []heldWrite // in the order written
+	// beginFailed: BEGIN failed, so that no statement may be sent any more: a
+	// held write would run outside a transaction.
+	beginFailed bool
+}
+
+type heldWrite struct {
+	sql  string
+	args []any
 }
 
 // closedTx returns a pgx transaction that is closed: every method fails
@@ -37,17 +59,41 @@ func closedTx() pgx.Tx {
 	return pgx.FailedBatchResults(&b, pgx.ErrTxClosed).Tx()
 }
 
+// holdWrite holds the statement if the transaction holds writes and ctx
+// marks it as the outbox's INSERT; false when it must run now.
+func (t *lazyTx) holdWrite(ctx context.Context, sql string, args []any) bool {
+	if !t.hold || t.beginFailed || !writectx.Marked(ctx) {
+		return false
+	}
+	t.held = append(t.held, heldWrite{sql, args})
+	return true
+}
+
 // begin sends BEGIN on its own, if the transaction has not begun.
 func (t *lazyTx) begin(ctx context.Context) pgx.Tx {
 	if t.tx == nil {
 		tx, err := t.conn.BeginTx(ctx, t.opts)
 		if err != nil {
-			t.tx, t.err = closedTx(), err
+			t.tx, t.err, t.beginFailed = closedTx(), err, true
 		} else {
 			t.tx = tx
 		}
 	}
 	return t.tx
+}
+
+// ready returns pgx's transaction, begun, with the held writes sent: for a
+// statement that runs on its own.
+func (t *lazyTx) ready(ctx context.Context, with string) (pgx.Tx, error) {
+	if len(t.held) == 0 {
+		return t.begin(ctx), nil
+	}
+	b, n := t.batch()
+	br, err := t.send(ctx, b, n, with)
+	if err == nil {
+		err = br.Close()
+	}
+	return t.tx, err
 }
 
 // beginErr is the error of a statement that could not run because its
@@ -59,22 +105,52 @@ func (t *lazyTx) beginErr(err error) error {
 	return err
 }
 
-// send sends b behind the BEGIN, and returns its results with the BEGIN's
-// result read: from here on the transaction is pgx's, or closed if BEGIN
-// failed (its error is the batch's).
-func (t *lazyTx) send(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	br := t.conn.SendBatch(ctx, b)
-	t.tx = br.Tx()
-	_, _ = br.Exec() // BEGIN; an error stays in br and is returned by the next read
-	return br
+// batch returns a batch that begins the transaction, if it has not begun,
+// and sends the held writes, and how many those are; the caller's
+// statements go after them.
+func (t *lazyTx) batch() (*pgx.Batch, int) {
+	b := &pgx.Batch{}
+	if t.tx == nil {
+		b.BeginTx(t.opts)
+	}
+	for _, w := range t.held {
+		b.Queue(w.sql, w.args...)
+	}
+	n := len(t.held)
+	t.held = nil
+	return b, n
 }
 
-// withBegin returns a batch that begins the transaction and then runs sql.
-func (t *lazyTx) withBegin(sql string, args []any) *pgx.Batch {
-	b := &pgx.Batch{}
-	b.BeginTx(t.opts)
-	b.Queue(sql, args...)
-	return b
+// send sends b and reads what goes before the caller's statements: the
+// BEGIN, if b begins the transaction, and n held writes. It returns the
+// results at the caller's first statement, or the error of BEGIN or of a
+// write (naming it as sent with the statement with), the batch closed.
+// From here on the transaction is pgx's, or closed if BEGIN failed.
+func (t *lazyTx) send(ctx context.Context, b *pgx.Batch, n int, with string) (pgx.BatchResults, error) {
+	begins := t.tx == nil
+	br := t.conn.SendBatch(ctx, b)
+	if begins {
+		t.tx = br.Tx()
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			t.beginFailed = true // the held writes, skipped by the server, are dropped
+			return nil, err
+		}
+	}
+	for range n {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, fmt.Errorf("pgxtx: the outbox write sent with %s failed: %w", with, err)
+		}
+	}
+	return br, nil
+}
+
+// direct reports whether a statement with args runs on pgx's transaction
+// as it is: the transaction has begun and holds no writes, or the
+// statement cannot go in a batch (see pipelines).
+func (t *lazyTx) direct(args []any) bool {
+	return t.tx != nil && len(t.held) == 0 || !pipelines(args)
 }
 
 // pipelines reports whether a statement with args can go in a batch behind
@@ -92,12 +168,23 @@ func pipelines(args []any) bool {
 	return true
 }
 
+const withStatement = "this statement"
+
 func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if t.tx != nil || !pipelines(args) {
-		tag, err := t.begin(ctx).Exec(ctx, sql, args...)
+	if t.direct(args) {
+		tx, err := t.ready(ctx, withStatement)
+		if err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		tag, err := tx.Exec(ctx, sql, args...)
 		return tag, t.beginErr(err)
 	}
-	br := t.send(ctx, t.withBegin(sql, args))
+	b, n := t.batch()
+	b.Queue(sql, args...)
+	br, err := t.send(ctx, b, n, withStatement)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
 	tag, err := br.Exec()
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -106,11 +193,20 @@ func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 }
 
 func (t *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if t.tx != nil || !pipelines(args) {
-		rows, err := t.begin(ctx).Query(ctx, sql, args...)
+	if t.direct(args) {
+		tx, err := t.ready(ctx, withStatement)
+		if err != nil {
+			return failed(err).Query()
+		}
+		rows, err := tx.Query(ctx, sql, args...)
 		return rows, t.beginErr(err)
 	}
-	br := t.send(ctx, t.withBegin(sql, args))
+	b, n := t.batch()
+	b.Queue(sql, args...)
+	br, err := t.send(ctx, b, n, withStatement)
+	if err != nil {
+		return failed(err).Query()
+	}
 	rows, err := br.Query()
 	if err != nil {
 		_ = br.Close()
@@ -120,32 +216,59 @@ func (t *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 }
 
 func (t *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if t.tx != nil || !pipelines(args) {
-		return t.begin(ctx).QueryRow(ctx, sql, args...)
+	if t.direct(args) {
+		tx, err := t.ready(ctx, withStatement)
+		if err != nil {
+			return failed(err).QueryRow()
+		}
+		return tx.QueryRow(ctx, sql, args...)
 	}
-	br := t.send(ctx, t.withBegin(sql, args))
+	b, n := t.batch()
+	b.Queue(sql, args...)
+	br, err := t.send(ctx, b, n, withStatement)
+	if err != nil {
+		return failed(err).QueryRow()
+	}
 	return batchRow{row: br.QueryRow(), br: br}
 }
 
 func (t *lazyTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if t.tx != nil || len(b.QueuedQueries) == 0 {
-		return t.begin(ctx).SendBatch(ctx, b)
+	if len(b.QueuedQueries) == 0 || t.tx != nil && len(t.held) == 0 {
+		tx, err := t.ready(ctx, "this batch")
+		if err != nil {
+			return pgx.FailedBatchResults(b, err)
+		}
+		return tx.SendBatch(ctx, b)
 	}
-	all := &pgx.Batch{}
-	all.BeginTx(t.opts)
+	all, n := t.batch()
 	all.QueuedQueries = append(all.QueuedQueries, b.QueuedQueries...)
-	return noTx{t.send(ctx, all)}
+	br, err := t.send(ctx, all, n, "this batch")
+	if err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return noTx{br}
 }
 
 func (t *lazyTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
-	n, err := t.begin(ctx).CopyFrom(ctx, table, cols, src)
+	tx, err := t.ready(ctx, "this COPY")
+	if err != nil {
+		return 0, err
+	}
+	n, err := tx.CopyFrom(ctx, table, cols, src)
 	return n, t.beginErr(err)
 }
 
 // Begin begins a pseudo nested transaction (a savepoint), as pgx's does.
+// The savepoint's statements go to the connection directly: the writes
+// held so far go first, and no write is held after.
 func (t *lazyTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	tx, err := t.begin(ctx).Begin(ctx)
-	return tx, t.beginErr(err)
+	t.hold = false
+	tx, err := t.ready(ctx, "SAVEPOINT")
+	if err != nil {
+		return nil, err
+	}
+	sp, err := tx.Begin(ctx)
+	return sp, t.beginErr(err)
 }
 
 // Prepare prepares a statement on the connection; a prepared statement
@@ -158,21 +281,35 @@ func (t *lazyTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stateme
 }
 
 // LargeObjects begins the transaction, on its own and without a context
-// (a large object lives only in a transaction).
+// (a large object lives only in a transaction), and sends the held writes;
+// no write is held after.
 func (t *lazyTx) LargeObjects() pgx.LargeObjects {
-	return t.begin(context.Background()).LargeObjects()
+	t.hold = false
+	tx, err := t.ready(context.Background(), "LargeObjects")
+	if err != nil && t.err == nil {
+		t.err = err
+	}
+	return tx.LargeObjects()
 }
 
 // Conn begins the transaction, on its own and without a context, so that
-// the statements run on the connection are in it.
+// the statements run on the connection are in it, and sends the held
+// writes; no write is held after.
 func (t *lazyTx) Conn() *pgx.Conn {
-	t.begin(context.Background())
+	t.hold = false
+	if _, err := t.ready(context.Background(), "Conn"); err != nil && t.err == nil {
+		t.err = err
+	}
 	return t.conn
 }
 
-// Commit commits what the transaction ran; one that ran nothing has
-// nothing to commit.
+// Commit commits what the transaction ran, the held writes sent with the
+// COMMIT; one that ran nothing has nothing to commit.
 func (t *lazyTx) Commit(ctx context.Context) error {
+	t.hold = false
+	if len(t.held) > 0 {
+		return t.commitHeld(ctx)
+	}
 	if t.tx == nil {
 		t.tx = closedTx()
 		return nil
@@ -183,14 +320,49 @@ func (t *lazyTx) Commit(ctx context.Context) error {
 	return t.tx.Commit(ctx)
 }
 
-// Rollback rolls back what the transaction ran.
+// commitHeld sends the held writes and COMMIT in one batch (with BEGIN if
+// the transaction has not begun). When a write fails, the server skips the
+// COMMIT and the transaction is rolled back.
+func (t *lazyTx) commitHeld(ctx context.Context) error {
+	if t.err != nil {
+		return t.err
+	}
+	b, n := t.batch()
+	b.Queue(cmp.Or(t.opts.CommitQuery, "commit"))
+	br, err := t.send(ctx, b, n, "COMMIT")
+	if err == nil {
+		var tag pgconn.CommandTag
+		tag, err = br.Exec()
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil && tag.String() == "ROLLBACK" {
+			err = pgx.ErrTxCommitRollback
+		}
+	}
+	t.tx = closedTx()
+	if err != nil && t.conn.PgConn().TxStatus() != 'I' {
+		if _, rerr := t.conn.Exec(context.WithoutCancel(ctx), "rollback"); rerr != nil {
+			_ = t.conn.Close(context.WithoutCancel(ctx)) // its state unknown: not to be used again
+		}
+	}
+	return err
+}
+
+// Rollback rolls back what the transaction ran; the held writes are
+// dropped unsent.
 func (t *lazyTx) Rollback(ctx context.Context) error {
+	t.hold, t.held = false, nil
 	if t.tx == nil {
 		t.tx = closedTx()
 		return nil
 	}
 	return t.tx.Rollback(ctx)
 }
+
+// failed returns pgx's results of a statement that did not run because of
+// err: its Query gives rows (never nil) that report err.
+func failed(err error) pgx.BatchResults { return pgx.FailedBatchResults(&pgx.Batch{}, err) }
 
 // batchRows are the rows of a query sent behind the BEGIN: the batch is
 // closed, and the connection free again, when the rows are.

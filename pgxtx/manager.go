@@ -26,6 +26,24 @@ type Config struct {
 	// of the transactions the Manager begins. Default: the server's.
 	TxOptions pgx.TxOptions
 
+	// SendWritesWithCommit holds the outbox's INSERTs of events (those of
+	// core.Writer that need nothing back: events of the claim path, of an
+	// aggregate type that is not ordered) and sends them with the
+	// transaction's next statement, or with its COMMIT, in the same round
+	// trip: a business statement, an outbox write and COMMIT then cost two
+	// round trips. Held writes still run in the order written, before
+	// anything after them, so that later statements see their rows and a
+	// savepoint rolled back undoes them; a rollback drops them unsent.
+	//
+	// What changes: Write returns before its INSERT has run, so that an
+	// INSERT that fails (a duplicate event id) fails the statement it was
+	// sent with, with an error naming the outbox write, or Do's COMMIT, and
+	// the transaction rolls back; a WriterHook's AfterWrite runs before the
+	// INSERT. Holding stops for the rest of a transaction at tx.Begin,
+	// tx.Conn and tx.LargeObjects, whose statements reach the connection
+	// directly. Only on a *pgxpool.Pool or a *pgx.Conn. Default false.
+	SendWritesWithCommit bool
+
 	// Logger receives panics recovered from callbacks, callbacks registered on a
 	// transaction that has ended, and rollback failures Do cannot return because
 	// fn panicked. Nil: outboxlog.Default(), which sends warnings and errors to
@@ -40,6 +58,7 @@ type Config struct {
 type Manager struct {
 	db   Beginner
 	opts pgx.TxOptions
+	hold bool
 	log  *slog.Logger
 }
 
@@ -57,7 +76,7 @@ func New(db Beginner, cfg Config) (*Manager, error) {
 	if !reflect.TypeOf(db).Comparable() {
 		return nil, core.Invalid("pgxtx handle", "%T cannot be compared, so Do could not tell its transactions from another handle's", db)
 	}
-	return &Manager{db: db, opts: cfg.TxOptions, log: outboxlog.Or(cfg.Logger)}, nil
+	return &Manager{db: db, opts: cfg.TxOptions, hold: cfg.SendWritesWithCommit, log: outboxlog.Or(cfg.Logger)}, nil
 }
 
 // Do runs fn in a transaction: fn receives the pgx.Tx, and a context that
@@ -142,9 +161,9 @@ func (m *Manager) begin(ctx context.Context) (pgx.Tx, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return &lazyTx{conn: c.Conn(), opts: m.opts}, c.Release, nil
+		return &lazyTx{conn: c.Conn(), opts: m.opts, hold: m.hold}, c.Release, nil
 	case *pgx.Conn:
-		return &lazyTx{conn: db, opts: m.opts}, func() {}, nil
+		return &lazyTx{conn: db, opts: m.opts, hold: m.hold}, func() {}, nil
 	}
 	tx, err := m.db.BeginTx(ctx, m.opts)
 	return tx, func() {}, err

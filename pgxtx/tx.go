@@ -64,6 +64,9 @@ type dbtx struct{ tx pgx.Tx }
 // with pgx. The result's LastInsertId is not supported (PostgreSQL has
 // RETURNING instead).
 func (t dbtx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if lt, ok := t.tx.(*lazyTx); ok && lt.holdWrite(ctx, query, args) {
+		return heldResult{}, nil
+	}
 	tag, err := t.tx.Exec(ctx, query, args...)
 	if err != nil {
 		return nil, err
@@ -99,3 +102,12 @@ func (r result) RowsAffected() (int64, error) { return pgconn.CommandTag(r).Rows
 func (result) LastInsertId() (int64, error) {
 	return 0, errors.New("pgxtx: LastInsertId is not supported by PostgreSQL; use RETURNING")
 }
+
+// heldResult is the result of a write held until the transaction's next
+// statement or COMMIT: what it did is not known yet.
+type heldResult struct{}
+
+var errHeld = errors.New("pgxtx: the write is held until the transaction's next statement or COMMIT (Config.SendWritesWithCommit): its result is not known yet")
+
+func (heldResult) RowsAffected() (int64, error) { return 0, errHeld }
+func (heldResult) LastInsertId() (int64, error) { return 0, errHeld }

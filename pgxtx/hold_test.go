@@ -1,0 +1,240 @@
+package pgxtx_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testsupport/testdb"
+	"github.com/outboxkit/outbox/pgxtx"
+)
+
+// holding is what the SendWritesWithCommit tests share: an outbox table, a
+// Writer on it (no hook, no NOTIFY: the INSERT alone), a business table, a
+// pool of one connection whose round trips rec records, and a Manager that
+// holds writes.
+type holding struct {
+	tg     testdb.Target
+	pool   *pgxpool.Pool
+	rec    *trips
+	w      *core.Writer
+	m      *pgxtx.Manager
+	biz    string
+	insert string // the business row's INSERT
+}
+
+func newHolding(t *testing.T) *holding {
+	h := &holding{tg: testdb.Postgres(t), rec: &trips{}}
+	h.pool = tracedPool(t, h.rec)
+	h.biz = items(t, h.pool)
+	h.insert = "INSERT INTO " + h.biz + " (name) VALUES ($1)"
+	var err error
+	if h.w, err = core.NewWriter(core.WriterConfig{Store: h.tg.Store, NoNotify: true}); err != nil {
+		t.Fatal(err)
+	}
+	h.m = newManager(t, h.pool, pgxtx.Config{SendWritesWithCommit: true})
+	return h
+}
+
+// events returns the ids in the outbox table, in id order.
+func (h *holding) events(t *testing.T) string {
+	t.Helper()
+	rows, _ := h.pool.Query(context.Background(), "SELECT event_id FROM "+h.tg.Table+" ORDER BY event_id")
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(ids, " ")
+}
+
+func (h *holding) write(ctx context.Context, t *testing.T, id string) error {
+	_, err := h.w.Write(ctx, envelope(t, "Invoice", "i-1", "Placed", id))
+	return err
+}
+
+// TestWritesSentWithCommit: with SendWritesWithCommit, the outbox's INSERT
+// goes in one round trip with COMMIT: a business statement, a write and
+// COMMIT cost two round trips, a write alone one.
+func TestWritesSentWithCommit(t *testing.T) {
+	h := newHolding(t)
+	ctx := context.Background()
+	run := func(biz, id string) error {
+		return h.m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			if biz != "" {
+				if _, err := tx.Exec(ctx, h.insert, biz); err != nil {
+					return err
+				}
+			}
+			return h.write(ctx, t, id)
+		})
+	}
+	if err := run("warm", "00000000000000000000000000"); err != nil { // prepares the statements
+		t.Fatal(err)
+	}
+	h.rec.start()
+	if err := run("a", "00000000000000000000000001"); err != nil {
+		t.Fatal(err)
+	}
+	if err := run("", "00000000000000000000000002"); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.mu.Lock()
+	sent := h.rec.sent
+	h.rec.on = false
+	h.rec.mu.Unlock()
+	outboxInsert := `insert into "` + strings.ToLower(h.tg.Table) + `"`
+	if len(sent) != 3 || sent[0] != "begin + "+strings.ToLower(h.insert) ||
+		!strings.HasPrefix(sent[1], outboxInsert) || !strings.HasSuffix(sent[1], " + commit") ||
+		!strings.HasPrefix(sent[2], "begin + "+outboxInsert) || !strings.HasSuffix(sent[2], " + commit") {
+		t.Fatalf("round trips %q; want BEGIN with the business row, then the event's row with COMMIT; "+
+			"then BEGIN, the event's row and COMMIT in one", sent)
+	}
+	if got := h.events(t); got != "00000000000000000000000000 00000000000000000000000001 00000000000000000000000002" {
+		t.Fatalf("events %q", got)
+	}
+	if n := count(t, h.pool, h.biz); n != 2 {
+		t.Fatalf("%d business rows, want 2", n)
+	}
+}
+
+// TestHeldWriteFails: a held write that fails (a duplicate id) fails what it
+// was sent with, naming the outbox write, and the whole transaction rolls
+// back, after-rollback callbacks run, the connection is left idle.
+func TestHeldWriteFails(t *testing.T) {
+	h := newHolding(t)
+	ctx := context.Background()
+	const dup = "00000000000000000000000009"
+	if err := h.m.Do(ctx, func(ctx context.Context, _ pgx.Tx) error { return h.write(ctx, t, dup) }); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, with string
+		fn         func(ctx context.Context, tx pgx.Tx) error
+	}{
+		{"sent with COMMIT", "sent with COMMIT", func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, h.insert, "x"); err != nil {
+				return err
+			}
+			return h.write(ctx, t, dup)
+		}},
+		{"sent with a statement", "sent with this statement", func(ctx context.Context, tx pgx.Tx) error {
+			if err := h.write(ctx, t, dup); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, h.insert, "x")
+			return err
+		}},
+		{"sent with a query", "sent with this statement", func(ctx context.Context, tx pgx.Tx) error {
+			if err := h.write(ctx, t, dup); err != nil {
+				return err
+			}
+			var n int
+			return tx.QueryRow(ctx, "SELECT count(*) FROM "+h.biz+" WHERE name <> $1", "").Scan(&n)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rolledBack := false
+			err := h.m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+				t2, _ := pgxtx.From(ctx)
+				t2.AfterRollback(func(context.Context) { rolledBack = true })
+				return c.fn(ctx, tx)
+			})
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "23505" || !strings.Contains(err.Error(), "outbox write "+c.with) {
+				t.Fatalf("Do: %v; want the duplicate id, named as the outbox write %s", err, c.with)
+			}
+			if !rolledBack {
+				t.Error("after-rollback callbacks did not run")
+			}
+			if n := count(t, h.pool, h.biz); n != 0 {
+				t.Fatalf("%d business rows, want 0: the transaction rolls back", n)
+			}
+			if got := h.events(t); got != dup {
+				t.Fatalf("events %q, want the first write's alone", got)
+			}
+			var status string
+			if err := h.pool.AcquireFunc(ctx, func(c *pgxpool.Conn) error {
+				status = string(c.Conn().PgConn().TxStatus())
+				return nil
+			}); err != nil || status != "I" {
+				t.Fatalf("the pool's connection: status %q, %v; want I", status, err)
+			}
+		})
+	}
+}
+
+// TestHeldWritesKeepTheirPlace: a held write runs before anything after it:
+// later statements see its row, a savepoint rolled back after it undoes it;
+// a write in a savepoint begun with tx.Begin, which pgx runs on the
+// connection directly, is not held; a rollback sends nothing.
+func TestHeldWritesKeepTheirPlace(t *testing.T) {
+	h := newHolding(t)
+	ctx := context.Background()
+	const e1, e2, e3, e4 = "00000000000000000000000001", "00000000000000000000000002", "00000000000000000000000003", "00000000000000000000000004"
+	err := h.m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if err := h.write(ctx, t, e1); err != nil {
+			return err
+		}
+		var n int
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+h.tg.Table+" WHERE event_id = $1", e1).Scan(&n); err != nil {
+			return err
+		}
+		if n != 1 {
+			t.Errorf("a query after the write sees %d rows of it, want 1", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	err = h.m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SAVEPOINT s"); err != nil {
+			return err
+		}
+		if err := h.write(ctx, t, e2); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT s")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	err = h.m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		sp, err := tx.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if err := h.write(ctx, t, e3); err != nil {
+			return err
+		}
+		return sp.Rollback(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	h.rec.start()
+	boom := errors.New("roll back")
+	if err := h.m.Do(ctx, func(ctx context.Context, _ pgx.Tx) error {
+		if err := h.write(ctx, t, e4); err != nil {
+			return err
+		}
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("Do: %v", err)
+	}
+	h.rec.want(t) // nothing sent: BEGIN and the write were both still held
+
+	if got := h.events(t); got != e1 {
+		t.Fatalf("events %q, want %s alone", got, e1)
+	}
+}
