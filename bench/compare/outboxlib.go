@@ -33,16 +33,17 @@ var (
 // table, each on its own pool; the writers take them in turn.
 type ours struct {
 	base
-	instances int
-	workers   int // Dispatch.Workers; 0 = default
-	batch     int // Poller.BatchSize; 0 = default
-	delivery  outbox.Delivery
-	pgx       bool // each instance on a pgx pool: writes in pgxtx's Do, the rest through pgx's database/sql adapter
-	st        store.SchemaManager
-	rec       *recorder
-	obs       []*outbox.Outbox
-	txms      []*pgxtx.Manager // with pgx, one per instance
-	pools     []*closer
+	instances  int
+	workers    int // Dispatch.Workers; 0 = default
+	batch      int // Poller.BatchSize; 0 = default
+	delivery   outbox.Delivery
+	pgx        bool // each instance on a pgx pool: writes in pgxtx's Do, the rest through pgx's database/sql adapter
+	withCommit bool // with pgx: pgxtx's SendWritesWithCommit
+	st         store.SchemaManager
+	rec        *recorder
+	obs        []*outbox.Outbox
+	txms       []*pgxtx.Manager // with pgx, one per instance
+	pools      []*closer
 }
 
 type closer struct{ close func() error }
@@ -78,7 +79,7 @@ func (o *ours) setup(ctx context.Context, srv *server, writers int) error {
 			}
 			db = stdlib.OpenDBFromPool(pool)
 			o.pools = append(o.pools, &closer{func() error { err := db.Close(); pool.Close(); return err }})
-			txm, err := pgxtx.New(pool, pgxtx.Config{Logger: slog.New(slog.DiscardHandler)})
+			txm, err := pgxtx.New(pool, pgxtx.Config{SendWritesWithCommit: o.withCommit, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				return err
 			}
