@@ -272,7 +272,7 @@ func (t *lazyTx) Begin(ctx context.Context) (pgx.Tx, error) {
 }
 
 // Prepare prepares a statement on the connection; a prepared statement
-// belongs to the session, so it needs no BEGIN.
+// belongs to the connection, not to a transaction, so it needs no BEGIN.
 func (t *lazyTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
 	if t.tx != nil {
 		return t.tx.Prepare(ctx, name, sql)
