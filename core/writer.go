@@ -293,9 +293,14 @@ func (w *Writer) write(ctx context.Context, db DBTX, envs []Envelope) ([]string,
 			}
 		}
 	} else {
-		// The INSERT returns nothing the Writer reads: a transaction may
-		// send it with its next statement (see package writectx).
-		err = w.store.Insert(writectx.Mark(ctx), db, envs, opts)
+		// The INSERT returns nothing the Writer reads: a transaction that
+		// holds writes may send it with its next statement (see package
+		// writectx).
+		ictx := ctx
+		if writectx.Holds(db) {
+			ictx = writectx.Mark(ctx)
+		}
+		err = w.store.Insert(ictx, db, envs, opts)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("write events: %w", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/txhooks"
+	"github.com/outboxkit/outbox/internal/writectx"
 )
 
 var (
@@ -26,6 +27,17 @@ type Tx struct {
 	user   managedTx // what fn and Pgx hand out
 	handle Beginner
 	hooks  txhooks.Hooks
+}
+
+func init() {
+	writectx.HoldsWith(func(tx any) bool {
+		t, ok := tx.(*Tx)
+		if !ok {
+			return false
+		}
+		lt, ok := t.tx.(*lazyTx)
+		return ok && lt.hold && !lt.beginFailed
+	})
 }
 
 // From returns the transaction ctx carries if Manager.Do began it, and false

@@ -4,6 +4,9 @@
 // (pgxtx with Config.SendWritesWithCommit), knows which statements it may
 // hold back. Nothing else may be held: a statement whose result its caller
 // reads must run when it is called.
+//
+// The Writer marks a write only when its transaction says, through Holds,
+// that it may hold it, so that no other write pays for the mark.
 package writectx
 
 import "context"
@@ -18,3 +21,13 @@ func Marked(ctx context.Context) bool {
 	v, _ := ctx.Value(key{}).(bool)
 	return v
 }
+
+// holds is the predicate of the one package whose transactions hold
+// writes, set by its init (before any write).
+var holds func(tx any) bool
+
+// HoldsWith sets what Holds asks; called once, from an init function.
+func HoldsWith(f func(tx any) bool) { holds = f }
+
+// Holds reports whether tx may hold a marked write.
+func Holds(tx any) bool { return holds != nil && holds(tx) }
