@@ -64,6 +64,9 @@ type Envelope struct {
 	headers       map[string]string
 	payload       []byte
 	seq           int64 // set by the Writer after the insert; see Seq
+	// generatedID: NewEnvelope generated the id, so that no other event
+	// can have it (see package writectx for who asks).
+	generatedID bool
 }
 
 // NewEnvelope validates spec and returns the envelope it describes. On bad
@@ -79,9 +82,9 @@ func NewEnvelope(spec EnvelopeSpec) (Envelope, error) {
 	if aggName == "" {
 		aggName = GlobalAggregateName
 	}
-	id := spec.ID
+	id, generated := spec.ID, false
 	if id == "" {
-		id = NewEventID()
+		id, generated = NewEventID(), true
 	}
 	occurred := spec.OccurredAt
 	if occurred.IsZero() {
@@ -114,6 +117,7 @@ func NewEnvelope(spec EnvelopeSpec) (Envelope, error) {
 		notBefore:     spec.NotBefore.UTC().Truncate(time.Microsecond),
 		headers:       maps.Clone(spec.Headers),
 		payload:       slices.Clone(payload),
+		generatedID:   generated,
 	}
 	if spec.NotBefore.IsZero() {
 		env.notBefore = time.Time{}

@@ -43,3 +43,35 @@ func FuzzCheckText(f *testing.F) {
 		}
 	})
 }
+
+// TestGeneratedIDs: only an id NewEnvelope generated counts as generated;
+// a write holds its INSERT back only when every id in it does.
+func TestGeneratedIDs(t *testing.T) {
+	envelope := func(id string) Envelope {
+		env, err := NewEnvelope(EnvelopeSpec{ID: id, Type: EventName("Placed"), JSON: []byte(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return env
+	}
+	generated, chosen := envelope(""), envelope(NewEventID())
+	restored, err := RestoreEnvelope(EnvelopeFields{ID: generated.ID(), Type: "Placed", AggregateType: GlobalAggregateName,
+		OccurredAt: generated.OccurredAt(), Payload: []byte(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		envs []Envelope
+		want bool
+	}{
+		{"generated", []Envelope{generated, generated}, true},
+		{"chosen", []Envelope{chosen}, false},
+		{"restored", []Envelope{restored}, false},
+		{"generated and chosen", []Envelope{generated, chosen}, false},
+	} {
+		if got := generatedIDs(c.envs); got != c.want {
+			t.Errorf("%s: generatedIDs = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

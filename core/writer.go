@@ -297,7 +297,7 @@ func (w *Writer) write(ctx context.Context, db DBTX, envs []Envelope) ([]string,
 		// holds writes may send it with its next statement (see package
 		// writectx).
 		ictx := ctx
-		if writectx.Holds(db) {
+		if writectx.Holds(db, generatedIDs(envs)) {
 			ictx = writectx.Mark(ctx)
 		}
 		err = w.store.Insert(ictx, db, envs, opts)
@@ -340,6 +340,17 @@ func (w *Writer) write(ctx context.Context, db DBTX, envs []Envelope) ([]string,
 // a map), once per write otherwise (a plain *sql.Tx ends unseen): the
 // database delivers identical notifications of one transaction once anyway,
 // and this spares the statements.
+// generatedIDs reports whether NewEnvelope generated the id of every event
+// in envs.
+func generatedIDs(envs []Envelope) bool {
+	for i := range envs {
+		if !envs[i].generatedID {
+			return false
+		}
+	}
+	return true
+}
+
 func (w *Writer) notify(ctx context.Context, db DBTX) error {
 	tx, ok := db.(Tx)
 	if !ok || reflect.TypeOf(tx).Kind() != reflect.Pointer {

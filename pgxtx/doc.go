@@ -50,16 +50,18 @@
 //
 // # Writes sent with COMMIT
 //
-// With Config.SendWritesWithCommit, the outbox's INSERTs of events that
-// need nothing back (events of the claim path whose aggregate type is not
-// ordered) are held and sent in the batch of the transaction's next
+// The outbox's INSERTs of events that need nothing back (events of the
+// claim path whose aggregate type is not ordered) and whose ids the library
+// generated are held and sent in the batch of the transaction's next
 // statement, or of its COMMIT: a business statement, an outbox write and
 // COMMIT cost two round trips. Held writes still run in the order written,
-// before anything after them; a rollback drops them unsent. The price:
-// Write returns before its INSERT has run, so that an INSERT that fails (a
-// duplicate event id) fails the statement it went with, or Do's COMMIT,
-// with an error that names the outbox write, and the transaction rolls
-// back. See Config.SendWritesWithCommit.
+// before anything after them; a rollback drops them unsent. Write returns
+// before a held INSERT has run, so that one that fails (the table missing,
+// say) fails the statement it went with, or Do's COMMIT, with an error that
+// names the outbox write, and the transaction rolls back. A generated id
+// cannot be a duplicate, so that core.ErrDuplicateEvent still comes from
+// Write, for ids the caller chose, which are sent at once. Config.HoldWrites
+// holds those too (HoldAll) or nothing (HoldNone).
 //
 // Tx, the value in the context (see From and core.TxFromContext), is also a
 // core.DBTX, so that any outbox store can write with it: ExecContext runs

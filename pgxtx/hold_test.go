@@ -3,6 +3,7 @@ package pgxtx_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -15,10 +16,10 @@ import (
 	"github.com/outboxkit/outbox/pgxtx"
 )
 
-// holding is what the SendWritesWithCommit tests share: an outbox table, a
-// Writer on it (no hook, no NOTIFY: the INSERT alone), a business table, a
-// pool of one connection whose round trips rec records, and a Manager that
-// holds writes.
+// holding is what the HoldWrites tests share: an outbox table, a Writer on
+// it (no hook, no NOTIFY: the INSERT alone), a business table, a pool of
+// one connection whose round trips rec records, and a Manager that holds
+// writes as hold says.
 type holding struct {
 	tg     testdb.Target
 	pool   *pgxpool.Pool
@@ -29,7 +30,7 @@ type holding struct {
 	insert string // the business row's INSERT
 }
 
-func newHolding(t *testing.T) *holding {
+func newHolding(t *testing.T, hold pgxtx.Hold) *holding {
 	h := &holding{tg: testdb.Postgres(t), rec: &trips{}}
 	h.pool = tracedPool(t, h.rec)
 	h.biz = items(t, h.pool)
@@ -38,7 +39,7 @@ func newHolding(t *testing.T) *holding {
 	if h.w, err = core.NewWriter(core.WriterConfig{Store: h.tg.Store, NoNotify: true}); err != nil {
 		t.Fatal(err)
 	}
-	h.m = newManager(t, h.pool, pgxtx.Config{SendWritesWithCommit: true})
+	h.m = newManager(t, h.pool, pgxtx.Config{HoldWrites: hold})
 	return h
 }
 
@@ -58,11 +59,11 @@ func (h *holding) write(ctx context.Context, t *testing.T, id string) error {
 	return err
 }
 
-// TestWritesSentWithCommit: with SendWritesWithCommit, the outbox's INSERT
+// TestWritesSentWithCommit: with HoldAll, the outbox's INSERT
 // goes in one round trip with COMMIT: a business statement, a write and
 // COMMIT cost two round trips, a write alone one.
 func TestWritesSentWithCommit(t *testing.T) {
-	h := newHolding(t)
+	h := newHolding(t, pgxtx.HoldAll)
 	ctx := context.Background()
 	run := func(biz, id string) error {
 		return h.m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
@@ -107,7 +108,7 @@ func TestWritesSentWithCommit(t *testing.T) {
 // was sent with, naming the outbox write, and the whole transaction rolls
 // back, after-rollback callbacks run, the connection is left idle.
 func TestHeldWriteFails(t *testing.T) {
-	h := newHolding(t)
+	h := newHolding(t, pgxtx.HoldAll)
 	ctx := context.Background()
 	const dup = "00000000000000000000000009"
 	if err := h.m.Do(ctx, func(ctx context.Context, _ pgx.Tx) error { return h.write(ctx, t, dup) }); err != nil {
@@ -146,8 +147,9 @@ func TestHeldWriteFails(t *testing.T) {
 				return c.fn(ctx, tx)
 			})
 			var pgErr *pgconn.PgError
-			if !errors.As(err, &pgErr) || pgErr.Code != "23505" || !strings.Contains(err.Error(), "outbox write "+c.with) {
-				t.Fatalf("Do: %v; want the duplicate id, named as the outbox write %s", err, c.with)
+			if !errors.As(err, &pgErr) || pgErr.Code != "23505" || !errors.Is(err, core.ErrDuplicateEvent) ||
+				!strings.Contains(err.Error(), "outbox write "+c.with) {
+				t.Fatalf("Do: %v; want the duplicate id (core.ErrDuplicateEvent), named as the outbox write %s", err, c.with)
 			}
 			if !rolledBack {
 				t.Error("after-rollback callbacks did not run")
@@ -174,7 +176,7 @@ func TestHeldWriteFails(t *testing.T) {
 // a write in a savepoint begun with tx.Begin, which pgx runs on the
 // connection directly, is not held; a rollback sends nothing.
 func TestHeldWritesKeepTheirPlace(t *testing.T) {
-	h := newHolding(t)
+	h := newHolding(t, pgxtx.HoldAll)
 	ctx := context.Background()
 	const e1, e2, e3, e4 = "00000000000000000000000001", "00000000000000000000000002", "00000000000000000000000003", "00000000000000000000000004"
 	err := h.m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
@@ -236,5 +238,78 @@ func TestHeldWritesKeepTheirPlace(t *testing.T) {
 
 	if got := h.events(t); got != e1 {
 		t.Fatalf("events %q, want %s alone", got, e1)
+	}
+}
+
+// TestHoldWritesDefault: by default a write of events whose ids the library
+// generated is held and sent with COMMIT, and one with an id the caller
+// chose is sent at Write, whose error names a duplicate; HoldNone holds
+// nothing.
+func TestHoldWritesDefault(t *testing.T) {
+	h := newHolding(t, pgxtx.Config{}.HoldWrites)
+	ctx := context.Background()
+	outboxInsert := `insert into "` + strings.ToLower(h.tg.Table) + `"`
+	// run writes envs after a business row and returns the round trips
+	// it took.
+	runs := 0
+	run := func(m *pgxtx.Manager, envs ...core.Envelope) ([]string, error) {
+		runs++
+		h.rec.start()
+		err := m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, h.insert, fmt.Sprint("x", runs)); err != nil {
+				return err
+			}
+			_, err := h.w.WriteAll(ctx, envs)
+			return err
+		})
+		h.rec.mu.Lock()
+		defer h.rec.mu.Unlock()
+		h.rec.on = false
+		return h.rec.sent, err
+	}
+	generated := func() core.Envelope { return envelope(t, "Invoice", "i-1", "Placed", "") }
+	const chosen = "00000000000000000000000009"
+	if _, err := run(h.m, envelope(t, "Invoice", "i-1", "Placed", "00000000000000000000000000")); err != nil {
+		t.Fatal(err) // prepares the statements
+	}
+
+	held := func(sent []string) bool {
+		return len(sent) == 2 && strings.HasPrefix(sent[1], outboxInsert) && strings.HasSuffix(sent[1], " + commit")
+	}
+	sentAtWrite := func(sent []string) bool {
+		return len(sent) == 3 && strings.HasPrefix(sent[1], outboxInsert) && sent[2] == "commit"
+	}
+	if sent, err := run(h.m, generated(), generated()); err != nil || !held(sent) {
+		t.Errorf("generated ids: round trips %q, %v; want the events' row sent with COMMIT", sent, err)
+	}
+	if sent, err := run(h.m, envelope(t, "Invoice", "i-1", "Placed", chosen)); err != nil || !sentAtWrite(sent) {
+		t.Errorf("an id the caller chose: round trips %q, %v; want the row sent at Write", sent, err)
+	}
+	if sent, err := run(h.m, generated(), envelope(t, "Invoice", "i-1", "Placed", "00000000000000000000000008")); err != nil || !sentAtWrite(sent) {
+		t.Errorf("a generated id and a chosen one in one write: round trips %q, %v; want the row sent at Write", sent, err)
+	}
+	var writeErr error
+	if err := h.m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, writeErr = h.w.Write(ctx, envelope(t, "Invoice", "i-1", "Placed", chosen))
+		return writeErr
+	}); !errors.Is(writeErr, core.ErrDuplicateEvent) || !errors.Is(err, core.ErrDuplicateEvent) {
+		t.Errorf("a duplicate id the caller chose: Write %v, Do %v; want core.ErrDuplicateEvent from Write", writeErr, err)
+	}
+
+	none := newManager(t, h.pool, pgxtx.Config{HoldWrites: pgxtx.HoldNone})
+	if sent, err := run(none, generated()); err != nil || !sentAtWrite(sent) {
+		t.Errorf("HoldNone: round trips %q, %v; want the row sent at Write", sent, err)
+	}
+	if n := count(t, h.pool, h.tg.Table); n != 7 {
+		t.Errorf("%d events, want 7", n)
+	}
+}
+
+func TestHoldWritesInvalid(t *testing.T) {
+	for _, hold := range []pgxtx.Hold{-1, pgxtx.HoldNone + 1} {
+		_, err := pgxtx.New(&pgx.Conn{}, pgxtx.Config{HoldWrites: hold})
+		if !errors.Is(err, core.ErrInvalid) || !strings.Contains(err.Error(), "HoldWrites") || !strings.Contains(err.Error(), hold.String()) {
+			t.Errorf("New with HoldWrites %v: %v; want core.ErrInvalid naming the field and the value", hold, err)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/writectx"
 )
 
@@ -27,7 +28,7 @@ import (
 // QueryExecMode, CopyFrom, a savepoint (Begin), and Conn and LargeObjects,
 // through which statements reach the connection without passing here.
 //
-// With hold (Config.SendWritesWithCommit), the outbox's INSERTs (the
+// Unless hold is HoldNone (Config.HoldWrites), the outbox's INSERTs (the
 // statements core.Writer marks, see package writectx) are held and sent in
 // the batch of the transaction's next statement, or of its COMMIT, ahead of
 // it: in the order they were written, before anything that comes after
@@ -37,9 +38,9 @@ import (
 type lazyTx struct {
 	conn *pgx.Conn
 	opts pgx.TxOptions
-	tx   pgx.Tx // pgx's transaction, once begun; closed after a BEGIN that failed
-	err  error  // a BEGIN that failed where its error could not be returned
-	hold bool
+	tx   pgx.Tx      // pgx's transaction, once begun; closed after a BEGIN that failed
+	err  error       // a BEGIN that failed where its error could not be returned
+	hold Hold        // HoldNone once holding has stopped
 	held []heldWrite // in the order written
 	// beginFailed: BEGIN failed, so that no statement may be sent any more: a
 	// held write would run outside a transaction.
@@ -62,7 +63,7 @@ func closedTx() pgx.Tx {
 // holdWrite holds the statement if the transaction holds writes and ctx
 // marks it as the outbox's INSERT; false when it must run now.
 func (t *lazyTx) holdWrite(ctx context.Context, sql string, args []any) bool {
-	if !t.hold || t.beginFailed || !writectx.Marked(ctx) {
+	if t.hold == HoldNone || t.beginFailed || !writectx.Marked(ctx) {
 		return false
 	}
 	t.held = append(t.held, heldWrite{sql, args})
@@ -140,6 +141,10 @@ func (t *lazyTx) send(ctx context.Context, b *pgx.Batch, n int, with string) (pg
 	for range n {
 		if _, err := br.Exec(); err != nil {
 			_ = br.Close()
+			if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "23505" {
+				// The outbox table's one unique key is the event id.
+				err = fmt.Errorf("%w: %w", core.ErrDuplicateEvent, err)
+			}
 			return nil, fmt.Errorf("pgxtx: the outbox write sent with %s failed: %w", with, err)
 		}
 	}
@@ -262,7 +267,7 @@ func (t *lazyTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []stri
 // The savepoint's statements go to the connection directly: the writes
 // held so far go first, and no write is held after.
 func (t *lazyTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	t.hold = false
+	t.hold = HoldNone
 	tx, err := t.ready(ctx, "SAVEPOINT")
 	if err != nil {
 		return nil, err
@@ -284,7 +289,7 @@ func (t *lazyTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stateme
 // (a large object lives only in a transaction), and sends the held writes;
 // no write is held after.
 func (t *lazyTx) LargeObjects() pgx.LargeObjects {
-	t.hold = false
+	t.hold = HoldNone
 	tx, err := t.ready(context.Background(), "LargeObjects")
 	if err != nil && t.err == nil {
 		t.err = err
@@ -296,7 +301,7 @@ func (t *lazyTx) LargeObjects() pgx.LargeObjects {
 // the statements run on the connection are in it, and sends the held
 // writes; no write is held after.
 func (t *lazyTx) Conn() *pgx.Conn {
-	t.hold = false
+	t.hold = HoldNone
 	if _, err := t.ready(context.Background(), "Conn"); err != nil && t.err == nil {
 		t.err = err
 	}
@@ -306,7 +311,7 @@ func (t *lazyTx) Conn() *pgx.Conn {
 // Commit commits what the transaction ran, the held writes sent with the
 // COMMIT; one that ran nothing has nothing to commit.
 func (t *lazyTx) Commit(ctx context.Context) error {
-	t.hold = false
+	t.hold = HoldNone
 	if len(t.held) > 0 {
 		return t.commitHeld(ctx)
 	}
@@ -352,7 +357,7 @@ func (t *lazyTx) commitHeld(ctx context.Context) error {
 // Rollback rolls back what the transaction ran; the held writes are
 // dropped unsent.
 func (t *lazyTx) Rollback(ctx context.Context) error {
-	t.hold, t.held = false, nil
+	t.hold, t.held = HoldNone, nil
 	if t.tx == nil {
 		t.tx = closedTx()
 		return nil

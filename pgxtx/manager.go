@@ -26,23 +26,29 @@ type Config struct {
 	// of the transactions the Manager begins. Default: the server's.
 	TxOptions pgx.TxOptions
 
-	// SendWritesWithCommit holds the outbox's INSERTs of events (those of
-	// core.Writer that need nothing back: events of the claim path, of an
-	// aggregate type that is not ordered) and sends them with the
-	// transaction's next statement, or with its COMMIT, in the same round
-	// trip: a business statement, an outbox write and COMMIT then cost two
-	// round trips. Held writes still run in the order written, before
-	// anything after them, so that later statements see their rows and a
-	// savepoint rolled back undoes them; a rollback drops them unsent.
+	// HoldWrites says which of the outbox's INSERTs of events a
+	// transaction holds back and sends with its next statement, or with
+	// its COMMIT, in the same round trip: a business statement, an outbox
+	// write and COMMIT then cost two round trips instead of three. Only
+	// INSERTs that need nothing back are held (core.Writer's, of events of
+	// the claim path whose aggregate type is not ordered). Held writes
+	// still run in the order written, before anything after them, so that
+	// later statements see their rows and a savepoint rolled back undoes
+	// them; a rollback drops them unsent.
 	//
-	// What changes: Write returns before its INSERT has run, so that an
-	// INSERT that fails (a duplicate event id) fails the statement it was
-	// sent with, with an error naming the outbox write, or Do's COMMIT, and
-	// the transaction rolls back; a WriterHook's AfterWrite runs before the
+	// What changes for a held write: Write returns before its INSERT has
+	// run, so that an INSERT that fails fails the statement it was sent
+	// with, with an error naming the outbox write, or Do's COMMIT, and the
+	// transaction rolls back; a WriterHook's AfterWrite runs before the
 	// INSERT. Holding stops for the rest of a transaction at tx.Begin,
 	// tx.Conn and tx.LargeObjects, whose statements reach the connection
-	// directly. Only on a *pgxpool.Pool or a *pgx.Conn. Default false.
-	SendWritesWithCommit bool
+	// directly. Only on a *pgxpool.Pool or a *pgx.Conn.
+	//
+	// Default HoldGeneratedIDs: the writes of events whose ids the library
+	// generated (core.EnvelopeSpec.ID left empty), which no duplicate id
+	// can fail, so that core.ErrDuplicateEvent still comes from Write for
+	// an id the caller chose.
+	HoldWrites Hold
 
 	// Logger receives panics recovered from callbacks, callbacks registered on a
 	// transaction that has ended, and rollback failures Do cannot return because
@@ -52,13 +58,48 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Hold says which of the outbox's INSERTs a transaction holds back to send
+// with its next statement or its COMMIT; see Config.HoldWrites.
+type Hold int
+
+const (
+	// HoldGeneratedIDs holds the INSERTs of events whose ids the library
+	// generated. The default.
+	HoldGeneratedIDs Hold = iota
+	// HoldAll holds every INSERT it can, also of events whose ids the
+	// caller chose: a duplicate id then fails the statement the write went
+	// with, or the COMMIT, instead of Write.
+	HoldAll
+	// HoldNone sends every INSERT when Write is called.
+	HoldNone
+)
+
+// String returns the constant's name.
+func (h Hold) String() string {
+	switch h {
+	case HoldGeneratedIDs:
+		return "HoldGeneratedIDs"
+	case HoldAll:
+		return "HoldAll"
+	case HoldNone:
+		return "HoldNone"
+	}
+	return fmt.Sprintf("Hold(%d)", int(h))
+}
+
+// holds reports whether a write of events whose ids the library generated
+// (generatedIDs) or not may be held.
+func (h Hold) holds(generatedIDs bool) bool {
+	return h == HoldAll || h == HoldGeneratedIDs && generatedIDs
+}
+
 // Manager begins pgx transactions on one pool or connection and carries them
 // in contexts. It is safe for concurrent use (as its pool is; a *pgx.Conn
 // runs one transaction at a time).
 type Manager struct {
 	db   Beginner
 	opts pgx.TxOptions
-	hold bool
+	hold Hold
 	log  *slog.Logger
 }
 
@@ -76,7 +117,10 @@ func New(db Beginner, cfg Config) (*Manager, error) {
 	if !reflect.TypeOf(db).Comparable() {
 		return nil, core.Invalid("pgxtx handle", "%T cannot be compared, so Do could not tell its transactions from another handle's", db)
 	}
-	return &Manager{db: db, opts: cfg.TxOptions, hold: cfg.SendWritesWithCommit, log: outboxlog.Or(cfg.Logger)}, nil
+	if cfg.HoldWrites < HoldGeneratedIDs || cfg.HoldWrites > HoldNone {
+		return nil, core.Invalid("pgxtx HoldWrites", "%v is not one of HoldGeneratedIDs, HoldAll, HoldNone", cfg.HoldWrites)
+	}
+	return &Manager{db: db, opts: cfg.TxOptions, hold: cfg.HoldWrites, log: outboxlog.Or(cfg.Logger)}, nil
 }
 
 // Do runs fn in a transaction: fn receives the pgx.Tx, and a context that

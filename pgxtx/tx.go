@@ -30,13 +30,13 @@ type Tx struct {
 }
 
 func init() {
-	writectx.HoldsWith(func(tx any) bool {
+	writectx.HoldsWith(func(tx any, generatedIDs bool) bool {
 		t, ok := tx.(*Tx)
 		if !ok {
 			return false
 		}
 		lt, ok := t.tx.(*lazyTx)
-		return ok && lt.hold && !lt.beginFailed
+		return ok && lt.hold.holds(generatedIDs) && !lt.beginFailed
 	})
 }
 
@@ -119,7 +119,7 @@ func (result) LastInsertId() (int64, error) {
 // statement or COMMIT: what it did is not known yet.
 type heldResult struct{}
 
-var errHeld = errors.New("pgxtx: the write is held until the transaction's next statement or COMMIT (Config.SendWritesWithCommit): its result is not known yet")
+var errHeld = errors.New("pgxtx: the write is held until the transaction's next statement or COMMIT (Config.HoldWrites): its result is not known yet")
 
 func (heldResult) RowsAffected() (int64, error) { return 0, errHeld }
 func (heldResult) LastInsertId() (int64, error) { return 0, errHeld }

@@ -77,7 +77,7 @@ func bizInsert(table string) string {
 
 // bizArgs are the arguments of transaction i's business row.
 func bizArgs(i int) []any {
-	return []any{fmt.Sprintf("o-%09d", i), fmt.Sprintf("c-%05d", i%50000), 4200 + i%1000, time.Now().UTC()}
+	return []any{aggregateID(i), fmt.Sprintf("c-%05d", i%50000), 4200 + i%1000, time.Now().UTC()}
 }
 
 // uniqueName returns a table (or schema, or topic) name no other run uses.
@@ -109,6 +109,20 @@ func eventNo(id string) (int, bool) {
 		return 0, false
 	}
 	i, err := strconv.Atoi(id)
+	return i, err == nil && i >= 0
+}
+
+// aggregateID is the aggregate id of event i, for the contenders whose
+// event ids are their own.
+func aggregateID(i int) string { return fmt.Sprintf("o-%09d", i) }
+
+// aggregateNo parses an aggregateID; ok is false for anything else.
+func aggregateNo(id string) (int, bool) {
+	n, ok := strings.CutPrefix(id, "o-")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(n)
 	return i, err == nil && i >= 0
 }
 

@@ -36,6 +36,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/internal/procstat"
+	"github.com/outboxkit/outbox/pgxtx"
 )
 
 // config is the command line.
@@ -111,8 +112,8 @@ func kinds(c *config) []*kind {
 			make: func(*config) contender { return &ours{instances: 1, pgx: true} }},
 		{name: "this library on pgx, position delivery", pgOnly: true, settings: "as the line above, with Delivery: outbox.DeliveryPosition",
 			make: func(*config) contender { return &ours{instances: 1, pgx: true, delivery: outbox.DeliveryPosition} }},
-		{name: "this library on pgx, writes sent with COMMIT", pgOnly: true, settings: "this library on pgx at defaults, with pgxtx.Config.SendWritesWithCommit: the event's INSERT goes to the server with COMMIT",
-			make: func(*config) contender { return &ours{instances: 1, pgx: true, withCommit: true} }},
+		{name: "this library on pgx, writes sent at Write", pgOnly: true, settings: "this library on pgx at defaults but pgxtx.Config.HoldWrites: pgxtx.HoldNone: the event's INSERT goes to the server when Write is called, not with COMMIT",
+			make: func(*config) contender { return &ours{instances: 1, pgx: true, hold: pgxtx.HoldNone} }},
 		{name: "this library, two instances (defaults each)", settings: "two MultiNode instances on one table, each its own pool; writers alternate",
 			make: func(*config) contender { return &ours{instances: 2} }},
 	}

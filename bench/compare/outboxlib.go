@@ -33,17 +33,17 @@ var (
 // table, each on its own pool; the writers take them in turn.
 type ours struct {
 	base
-	instances  int
-	workers    int // Dispatch.Workers; 0 = default
-	batch      int // Poller.BatchSize; 0 = default
-	delivery   outbox.Delivery
-	pgx        bool // each instance on a pgx pool: writes in pgxtx's Do, the rest through pgx's database/sql adapter
-	withCommit bool // with pgx: pgxtx's SendWritesWithCommit
-	st         store.SchemaManager
-	rec        *recorder
-	obs        []*outbox.Outbox
-	txms       []*pgxtx.Manager // with pgx, one per instance
-	pools      []*closer
+	instances int
+	workers   int // Dispatch.Workers; 0 = default
+	batch     int // Poller.BatchSize; 0 = default
+	delivery  outbox.Delivery
+	pgx       bool       // each instance on a pgx pool: writes in pgxtx's Do, the rest through pgx's database/sql adapter
+	hold      pgxtx.Hold // with pgx: pgxtx's Config.HoldWrites
+	st        store.SchemaManager
+	rec       *recorder
+	obs       []*outbox.Outbox
+	txms      []*pgxtx.Manager // with pgx, one per instance
+	pools     []*closer
 }
 
 type closer struct{ close func() error }
@@ -79,7 +79,7 @@ func (o *ours) setup(ctx context.Context, srv *server, writers int) error {
 			}
 			db = stdlib.OpenDBFromPool(pool)
 			o.pools = append(o.pools, &closer{func() error { err := db.Close(); pool.Close(); return err }})
-			txm, err := pgxtx.New(pool, pgxtx.Config{SendWritesWithCommit: o.withCommit, Logger: slog.New(slog.DiscardHandler)})
+			txm, err := pgxtx.New(pool, pgxtx.Config{HoldWrites: o.hold, Logger: slog.New(slog.DiscardHandler)})
 			if err != nil {
 				return err
 			}
@@ -92,7 +92,7 @@ func (o *ours) setup(ctx context.Context, srv *server, writers int) error {
 		}
 		reg := core.NewRegistry()
 		if err := reg.RegisterFunc(orderAgg, orderPlaced, func(_ context.Context, ev core.Event) error {
-			n, _ := eventNo(ev.ID())
+			n, _ := aggregateNo(ev.AggregateID())
 			o.rec.deliver(n)
 			return nil
 		}); err != nil {
@@ -111,9 +111,11 @@ func (o *ours) setup(ctx context.Context, srv *server, writers int) error {
 	return nil
 }
 
+// envelope is event i, its id generated, as a service leaves it: the
+// listener finds the event's number in its aggregate id.
 func (o *ours) envelope(i int) (core.Envelope, error) {
-	return core.NewEnvelope(core.EnvelopeSpec{ID: eventID(i), Type: orderPlaced, AggregateType: orderAgg,
-		AggregateID: fmt.Sprintf("o-%09d", i), JSON: payload(i)})
+	return core.NewEnvelope(core.EnvelopeSpec{Type: orderPlaced, AggregateType: orderAgg,
+		AggregateID: aggregateID(i), JSON: payload(i)})
 }
 
 func (o *ours) write(ctx context.Context, i int, rec *recorder) error {
