@@ -51,6 +51,7 @@ func payload(i int) []byte {
 type recorder struct {
 	n     int
 	index func(id string) (int, bool) // the event's number
+	bind  func(id string, i int)      // with generated ids: id is event i's
 	// latency: keep per-event commit and delivery times (W1). A backlog
 	// recorder keeps one bit per event, so that the bench's own memory stays
 	// small and the peak RSS of a drain shows the library's.
@@ -76,6 +77,22 @@ func newRecorder(ids []string) *recorder {
 		i, ok := index[id]
 		return i, ok
 	}}
+}
+
+// newGeneratedRecorder returns a recorder, with latencies, of n events
+// whose ids the library generates as they are written: each is bound to
+// its number with bind before its transaction commits.
+func newGeneratedRecorder(n int) *recorder {
+	var index sync.Map
+	r := &recorder{n: n, latency: true, index: func(id string) (int, bool) {
+		i, ok := index.Load(id)
+		if !ok {
+			return 0, false
+		}
+		return i.(int), true
+	}}
+	r.bind = func(id string, i int) { index.Store(id, i) }
+	return r
 }
 
 // numberedID returns the id of backlog event i: 26 digits, as long as a

@@ -193,7 +193,9 @@ func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instance
 	defer t.drop(ctx)
 	bizInsert := tg.rebind("INSERT INTO " + biz + " (id, customer, amount, created_at) VALUES (?, ?, ?, ?)")
 
-	rec := newRecorder(data.ids)
+	// The events' ids are generated, as a service leaves them (pgxtx sends
+	// such a write with COMMIT); the raw baseline's are data.ids.
+	rec := newGeneratedRecorder(len(data.ids))
 	rec.reset()
 	st := newTimedStore(t.st, cs, rec.wroteWaiting)
 	if pos {
@@ -221,11 +223,12 @@ func w1Outbox(ctx context.Context, c *config, tg *target, data *w1Data, instance
 		if keys > 0 {
 			aggID = fmt.Sprintf("k-%06d", i%keys)
 		}
-		env, err := core.NewEnvelope(core.EnvelopeSpec{ID: data.ids[i], Type: orderPlaced, AggregateType: orderAgg,
+		env, err := core.NewEnvelope(core.EnvelopeSpec{Type: orderPlaced, AggregateType: orderAgg,
 			AggregateID: aggID, JSON: data.payloads[i]})
 		if err != nil {
 			return err
 		}
+		rec.bind(env.ID(), i)
 		return in.placeOrder(ctx, tg, bizInsert, i, []core.Envelope{env}, func() { rec.commit(i) })
 	})
 	if err != nil {

@@ -38,8 +38,8 @@
 // transaction's first statement goes in one pgx batch behind it
 // (pgx.Batch.BeginTx), and everything after runs on pgx's own transaction.
 // A business statement, an outbox write and COMMIT cost three round trips
-// instead of four, and a function that runs no statement sends nothing at
-// all. What the function sees is what an eager BEGIN would give: the first
+// instead of four (two with the write sent with COMMIT, below), and a
+// function that runs no statement sends nothing at all. What the function sees is what an eager BEGIN would give: the first
 // statement runs in the transaction, and an error of BEGIN is the error of
 // that statement, after which the transaction is closed (pgx.ErrTxClosed)
 // and nothing runs outside it. A first statement without arguments (pgx

@@ -1,7 +1,7 @@
 // Package writectx marks the context of the statement with which a
 // core.Writer inserts events that need nothing back from the INSERT, so
 // that a transaction able to send a statement later, with the next one
-// (pgxtx with Config.SendWritesWithCommit), knows which statements it may
+// (pgxtx, see its Config.HoldWrites), knows which statements it may
 // hold back. Nothing else may be held: a statement whose result its caller
 // reads must run when it is called.
 //
