@@ -335,11 +335,6 @@ func (w *Writer) write(ctx context.Context, db DBTX, envs []Envelope) ([]string,
 	return ids, nil
 }
 
-// notify signals new events in db's transaction, once per transaction when db
-// is a core.Tx whose end the Writer can observe (a pointer, so that it can key
-// a map), once per write otherwise (a plain *sql.Tx ends unseen): the
-// database delivers identical notifications of one transaction once anyway,
-// and this spares the statements.
 // generatedIDs reports whether NewEnvelope generated the id of every event
 // in envs.
 func generatedIDs(envs []Envelope) bool {
@@ -351,6 +346,11 @@ func generatedIDs(envs []Envelope) bool {
 	return true
 }
 
+// notify signals new events in db's transaction, once per transaction when db
+// is a core.Tx whose end the Writer can observe (a pointer, so that it can key
+// a map), once per write otherwise (a plain *sql.Tx ends unseen): the
+// database delivers identical notifications of one transaction once anyway,
+// and this spares the statements.
 func (w *Writer) notify(ctx context.Context, db DBTX) error {
 	tx, ok := db.(Tx)
 	if !ok || reflect.TypeOf(tx).Kind() != reflect.Pointer {
