@@ -28,7 +28,11 @@ const (
 // EnvelopeSpec describes an event to write. Type and exactly one of JSON or
 // Bytes are required; everything else has a default.
 type EnvelopeSpec struct {
-	// ID is the event id and idempotency key. Default: a new monotonic ULID.
+	// ID is the event id and idempotency key. Default: a new monotonic ULID,
+	// which no other event can have, so that a pgxtx transaction sends the
+	// event's INSERT with its COMMIT (see pgxtx.Config.HoldWrites). Set it
+	// when the id comes from elsewhere (a request's idempotency key): Write
+	// then returns ErrDuplicateEvent for an id already written.
 	ID string
 	// Type is the event type. Required.
 	Type EventType
