@@ -52,6 +52,10 @@ type heldWrite struct {
 	args []any
 }
 
+// closed is a pgx transaction that is closed, shared: its methods change
+// nothing.
+var closed = closedTx()
+
 // closedTx returns a pgx transaction that is closed: every method fails
 // with an error matching pgx.ErrTxClosed.
 func closedTx() pgx.Tx {
@@ -75,7 +79,7 @@ func (t *lazyTx) begin(ctx context.Context) pgx.Tx {
 	if t.tx == nil {
 		tx, err := t.conn.BeginTx(ctx, t.opts)
 		if err != nil {
-			t.tx, t.err, t.beginFailed = closedTx(), err, true
+			t.tx, t.err, t.beginFailed = closed, err, true
 		} else {
 			t.tx = tx
 		}
@@ -110,7 +114,8 @@ func (t *lazyTx) beginErr(err error) error {
 // and sends the held writes, and how many those are; the caller's
 // statements go after them.
 func (t *lazyTx) batch() (*pgx.Batch, int) {
-	b := &pgx.Batch{}
+	// Room for BEGIN, the held writes and the caller's statement.
+	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(t.held)+2)}
 	if t.tx == nil {
 		b.BeginTx(t.opts)
 	}
@@ -316,7 +321,7 @@ func (t *lazyTx) Commit(ctx context.Context) error {
 		return t.commitHeld(ctx)
 	}
 	if t.tx == nil {
-		t.tx = closedTx()
+		t.tx = closed
 		return nil
 	}
 	if t.err != nil {
@@ -345,7 +350,7 @@ func (t *lazyTx) commitHeld(ctx context.Context) error {
 			err = pgx.ErrTxCommitRollback
 		}
 	}
-	t.tx = closedTx()
+	t.tx = closed
 	if err != nil && t.conn.PgConn().TxStatus() != 'I' {
 		if _, rerr := t.conn.Exec(context.WithoutCancel(ctx), "rollback"); rerr != nil {
 			_ = t.conn.Close(context.WithoutCancel(ctx)) // its state unknown: not to be used again
@@ -359,7 +364,7 @@ func (t *lazyTx) commitHeld(ctx context.Context) error {
 func (t *lazyTx) Rollback(ctx context.Context) error {
 	t.hold, t.held = HoldNone, nil
 	if t.tx == nil {
-		t.tx = closedTx()
+		t.tx = closed
 		return nil
 	}
 	return t.tx.Rollback(ctx)
