@@ -73,7 +73,7 @@ func TestOutboxOnPgxPool(t *testing.T) {
 		got []string
 	)
 	all := make(chan struct{})
-	want := 5
+	want := 6
 	reg := core.NewRegistry()
 	record := func(ctx context.Context, ev core.Event) error {
 		mu.Lock()
@@ -147,6 +147,19 @@ func TestOutboxOnPgxPool(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// An event with a generated id, its INSERT held and sent with COMMIT
+	// (the default): delivered by the hot path after that COMMIT.
+	err = txm.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (name) VALUES ($1)", "i-3"); err != nil {
+			return err
+		}
+		_, err := ob.Writer().Write(ctx, envelope(t, "Invoice", "i-3", "Placed", ""))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	select {
 	case <-all:
 	case <-time.After(30 * time.Second):
@@ -171,10 +184,10 @@ func TestOutboxOnPgxPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Everything went through the hot queue, nothing through the poller:
-	// the head of the ordered key and the two invoices after their
+	// the head of the ordered key and the three invoices after their
 	// COMMIT, and the key's two successors when their predecessor was DONE.
-	if hot, cold := metrics.hot.Load(), metrics.cold.Load(); hot != 5 || cold != 0 {
-		t.Errorf("hot/cold enqueued %d/%d, want 5/0", hot, cold)
+	if hot, cold := metrics.hot.Load(), metrics.cold.Load(); hot != 6 || cold != 0 {
+		t.Errorf("hot/cold enqueued %d/%d, want 6/0", hot, cold)
 	}
 	var rows int
 	if err := pool.QueryRow(ctx, "SELECT count(*) FROM "+tg.Table).Scan(&rows); err != nil {
