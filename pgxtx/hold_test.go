@@ -313,3 +313,52 @@ func TestHoldWritesInvalid(t *testing.T) {
 		}
 	}
 }
+
+// TestHeldWritesBeforeABatch: a batch sent after a held write goes out
+// with it, behind it: its results, its callbacks included, are its own
+// statements', which see the held row.
+func TestHeldWritesBeforeABatch(t *testing.T) {
+	h := newHolding(t, pgxtx.HoldGeneratedIDs)
+	ctx := context.Background()
+	var seen, inserted int64
+	h.rec.start()
+	err := h.m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := h.w.Write(ctx, envelope(t, "Invoice", "i-1", "Placed", "")); err != nil {
+			return err
+		}
+		var b pgx.Batch
+		b.Queue("SELECT count(*) FROM "+h.tg.Table+" WHERE aggregate_id = $1", "i-1").QueryRow(func(r pgx.Row) error {
+			return r.Scan(&seen)
+		})
+		b.Queue(h.insert, "b-1").Exec(func(tag pgconn.CommandTag) error {
+			inserted = tag.RowsAffected()
+			return nil
+		})
+		b.Queue(h.insert, "b-2")
+		br := tx.SendBatch(ctx, &b)
+		if err := br.Close(); err != nil {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.rec.mu.Lock()
+	sent := h.rec.sent
+	h.rec.on = false
+	h.rec.mu.Unlock()
+	if len(sent) == 0 || !strings.HasPrefix(sent[0], `begin + insert into "`+strings.ToLower(h.tg.Table)+`"`) ||
+		!strings.Contains(sent[0], " + select count(*)") {
+		t.Fatalf("round trips %q; want BEGIN, the event's row and the batch in one", sent)
+	}
+	if seen != 1 || inserted != 1 {
+		t.Fatalf("the batch's query saw %d events, its first INSERT inserted %d rows; want 1 and 1", seen, inserted)
+	}
+	if n := count(t, h.pool, h.biz); n != 2 {
+		t.Fatalf("%d business rows, want 2", n)
+	}
+	if n := count(t, h.pool, h.tg.Table); n != 1 {
+		t.Fatalf("%d events, want 1", n)
+	}
+}
