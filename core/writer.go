@@ -280,11 +280,19 @@ func (w *Writer) write(ctx context.Context, db DBTX, envs []Envelope) ([]string,
 	if w.owner != "" && hasCallbacks {
 		opts = InsertOptions{LeaseOwner: w.owner, LeaseAt: w.now()}
 	}
+	// An INSERT of events none of which is ordered returns nothing the
+	// Writer reads (an ordered one returns its sequence numbers): a
+	// transaction that holds writes may send it, and the signal below, with
+	// its next statement (see package writectx).
+	ictx := ctx
+	if writectx.Holds(db, generatedIDs(envs)) && (w.ordered == nil || !anyOrdered(w.ordered.Ordering(), envs)) {
+		ictx = writectx.Mark(ctx)
+	}
 	var waiting []string
 	var err error
 	if w.ordered != nil {
 		var res InsertResult
-		res, err = w.ordered.InsertOrdered(ctx, db, envs, opts)
+		res, err = w.ordered.InsertOrdered(ictx, db, envs, opts)
 		waiting = res.Waiting
 		if err == nil && res.Seqs != nil {
 			envs = slices.Clone(envs)
@@ -293,13 +301,6 @@ func (w *Writer) write(ctx context.Context, db DBTX, envs []Envelope) ([]string,
 			}
 		}
 	} else {
-		// The INSERT returns nothing the Writer reads: a transaction that
-		// holds writes may send it with its next statement (see package
-		// writectx).
-		ictx := ctx
-		if writectx.Holds(db, generatedIDs(envs)) {
-			ictx = writectx.Mark(ctx)
-		}
 		err = w.store.Insert(ictx, db, envs, opts)
 	}
 	if err != nil {
@@ -317,7 +318,7 @@ func (w *Writer) write(ctx context.Context, db DBTX, envs []Envelope) ([]string,
 	// not queue for PostgreSQL's NOTIFY lock at commit while it holds its
 	// keys' rows, which the keys' finishers wait for.
 	if w.notifier != nil && opts.LeaseOwner == "" && len(waiting) < len(envs) {
-		if err := w.notify(ctx, db); err != nil {
+		if err := w.notify(ictx, db); err != nil {
 			return nil, fmt.Errorf("write events: %w", err)
 		}
 	}
@@ -344,6 +345,17 @@ func generatedIDs(envs []Envelope) bool {
 		}
 	}
 	return true
+}
+
+// anyOrdered reports whether an event in envs is of an aggregate type o
+// orders.
+func anyOrdered(o Ordering, envs []Envelope) bool {
+	for i := range envs {
+		if _, ok := o.Ordered(envs[i].aggregateType); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // notify signals new events in db's transaction, once per transaction when db

@@ -362,3 +362,61 @@ func TestHeldWritesBeforeABatch(t *testing.T) {
 		t.Fatalf("%d events, want 1", n)
 	}
 }
+
+// TestHeldWritesOfAnOrderingStore: on a store that orders some aggregate
+// types, a write of unordered events is held, and one with an ordered event
+// (which reads its sequence number) is sent at Write; a Writer that signals
+// its writes (no hot path) holds the signal with them.
+func TestHeldWritesOfAnOrderingStore(t *testing.T) {
+	h := newHolding(t, pgxtx.HoldGeneratedIDs)
+	ctx := context.Background()
+	outboxInsert := `insert into "` + strings.ToLower(h.tg.Table) + `"`
+	for _, c := range []struct {
+		name     string
+		notify   bool
+		aggTypes []string
+		want     func(sent []string) bool
+	}{
+		{"unordered", false, []string{"Invoice", "Invoice"}, func(sent []string) bool {
+			return len(sent) == 2 && strings.HasPrefix(sent[1], outboxInsert) && strings.HasSuffix(sent[1], " + commit")
+		}},
+		{"ordered", false, []string{"Invoice", "Order"}, func(sent []string) bool {
+			return len(sent) >= 3 && sent[len(sent)-1] == "commit"
+		}},
+		{"unordered, signalled", true, []string{"Invoice"}, func(sent []string) bool {
+			return len(sent) == 2 && strings.HasPrefix(sent[1], outboxInsert) &&
+				strings.HasSuffix(sent[1], " + select pg_notify($1, '') + commit")
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w, err := core.NewWriter(core.WriterConfig{Store: h.tg.Ordered, NoNotify: !c.notify})
+			if err != nil {
+				t.Fatal(err)
+			}
+			run := func(biz string) ([]string, error) {
+				var envs []core.Envelope
+				for _, at := range c.aggTypes {
+					envs = append(envs, envelope(t, at, "k-1", "Placed", ""))
+				}
+				h.rec.start()
+				err := h.m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, h.insert, biz); err != nil {
+						return err
+					}
+					_, err := w.WriteAll(ctx, envs)
+					return err
+				})
+				h.rec.mu.Lock()
+				defer h.rec.mu.Unlock()
+				h.rec.on = false
+				return h.rec.sent, err
+			}
+			if _, err := run(c.name + " warm"); err != nil { // prepares the statements
+				t.Fatal(err)
+			}
+			if sent, err := run(c.name); err != nil || !c.want(sent) {
+				t.Errorf("round trips %q, %v", sent, err)
+			}
+		})
+	}
+}

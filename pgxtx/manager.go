@@ -30,11 +30,12 @@ type Config struct {
 	// transaction holds back and sends with its next statement, or with
 	// its COMMIT, in the same round trip: a business statement, an outbox
 	// write and COMMIT then cost two round trips instead of three. Only
-	// INSERTs that need nothing back are held (core.Writer's, of events of
-	// the claim path whose aggregate type is not ordered). Held writes
+	// INSERTs that need nothing back are held (core.Writer's of events of
+	// the claim path none of whose aggregate types is ordered). Held writes
 	// still run in the order written, before anything after them, so that
 	// later statements see their rows and a savepoint rolled back undoes
-	// them; a rollback drops them unsent.
+	// them; a rollback drops them unsent. The NOTIFY with which a Writer
+	// without a hot path signals its write is held with it.
 	//
 	// What changes for a held write: Write returns before its INSERT has
 	// run, so that an INSERT that fails fails the statement it was sent
