@@ -50,6 +50,7 @@ type lazyTx struct {
 type heldWrite struct {
 	sql  string
 	args []any
+	rows writectx.Rows // nil, or what receives the rows it returns
 }
 
 // closed is a pgx transaction that is closed, shared: its methods change
@@ -70,7 +71,7 @@ func (t *lazyTx) holdWrite(ctx context.Context, sql string, args []any) bool {
 	if t.hold == HoldNone || t.beginFailed || !writectx.Marked(ctx) {
 		return false
 	}
-	t.held = append(t.held, heldWrite{sql, args})
+	t.held = append(t.held, heldWrite{sql, args, writectx.RowsOf(ctx)})
 	return true
 }
 
@@ -93,8 +94,8 @@ func (t *lazyTx) ready(ctx context.Context, with string) (pgx.Tx, error) {
 	if len(t.held) == 0 {
 		return t.begin(ctx), nil
 	}
-	b, n := t.batch()
-	br, err := t.send(ctx, b, n, with)
+	b, held := t.batch()
+	br, err := t.send(ctx, b, held, with)
 	if err == nil {
 		err = br.Close()
 	}
@@ -111,9 +112,9 @@ func (t *lazyTx) beginErr(err error) error {
 }
 
 // batch returns a batch that begins the transaction, if it has not begun,
-// and sends the held writes, and how many those are; the caller's
-// statements go after them.
-func (t *lazyTx) batch() (*pgx.Batch, int) {
+// and sends the held writes, and those writes; the caller's statements go
+// after them.
+func (t *lazyTx) batch() (*pgx.Batch, []heldWrite) {
 	// Room for BEGIN, the held writes and the caller's statement.
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(t.held)+2)}
 	if t.tx == nil {
@@ -122,17 +123,17 @@ func (t *lazyTx) batch() (*pgx.Batch, int) {
 	for _, w := range t.held {
 		b.Queue(w.sql, w.args...)
 	}
-	n := len(t.held)
+	held := t.held
 	t.held = nil
-	return b, n
+	return b, held
 }
 
 // send sends b and reads what goes before the caller's statements: the
-// BEGIN, if b begins the transaction, and n held writes. It returns the
+// BEGIN, if b begins the transaction, and the held writes. It returns the
 // results at the caller's first statement, or the error of BEGIN or of a
 // write (naming it as sent with the statement with), the batch closed.
 // From here on the transaction is pgx's, or closed if BEGIN failed.
-func (t *lazyTx) send(ctx context.Context, b *pgx.Batch, n int, with string) (pgx.BatchResults, error) {
+func (t *lazyTx) send(ctx context.Context, b *pgx.Batch, held []heldWrite, with string) (pgx.BatchResults, error) {
 	begins := t.tx == nil
 	br := t.conn.SendBatch(ctx, b)
 	if begins {
@@ -143,8 +144,8 @@ func (t *lazyTx) send(ctx context.Context, b *pgx.Batch, n int, with string) (pg
 			return nil, err
 		}
 	}
-	for range n {
-		if _, err := br.Exec(); err != nil {
+	for _, w := range held {
+		if err := readHeld(br, w); err != nil {
 			_ = br.Close()
 			if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "23505" {
 				// The outbox table's one unique key is the event id.
@@ -154,6 +155,31 @@ func (t *lazyTx) send(ctx context.Context, b *pgx.Batch, n int, with string) (pg
 		}
 	}
 	return br, nil
+}
+
+// readHeld reads the result of the held write w from br, handing its
+// rows, if it returns any, to w.rows.
+func readHeld(br pgx.BatchResults, w heldWrite) error {
+	if w.rows == nil {
+		_, err := br.Exec()
+		return err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	return feed(rows, w.rows)
+}
+
+// feed hands each of rows to to, and closes rows.
+func feed(rows pgx.Rows, to writectx.Rows) error {
+	defer rows.Close()
+	for rows.Next() {
+		if err := to(rows.Scan); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // direct reports whether a statement with args runs on pgx's transaction
@@ -189,9 +215,9 @@ func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 		tag, err := tx.Exec(ctx, sql, args...)
 		return tag, t.beginErr(err)
 	}
-	b, n := t.batch()
+	b, held := t.batch()
 	b.Queue(sql, args...)
-	br, err := t.send(ctx, b, n, withStatement)
+	br, err := t.send(ctx, b, held, withStatement)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
@@ -211,9 +237,9 @@ func (t *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 		rows, err := tx.Query(ctx, sql, args...)
 		return rows, t.beginErr(err)
 	}
-	b, n := t.batch()
+	b, held := t.batch()
 	b.Queue(sql, args...)
-	br, err := t.send(ctx, b, n, withStatement)
+	br, err := t.send(ctx, b, held, withStatement)
 	if err != nil {
 		return failed(err).Query()
 	}
@@ -233,9 +259,9 @@ func (t *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 		}
 		return tx.QueryRow(ctx, sql, args...)
 	}
-	b, n := t.batch()
+	b, held := t.batch()
 	b.Queue(sql, args...)
-	br, err := t.send(ctx, b, n, withStatement)
+	br, err := t.send(ctx, b, held, withStatement)
 	if err != nil {
 		return failed(err).QueryRow()
 	}
@@ -250,9 +276,9 @@ func (t *lazyTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 		}
 		return tx.SendBatch(ctx, b)
 	}
-	all, n := t.batch()
+	all, held := t.batch()
 	all.QueuedQueries = append(all.QueuedQueries, b.QueuedQueries...)
-	br, err := t.send(ctx, all, n, "this batch")
+	br, err := t.send(ctx, all, held, "this batch")
 	if err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
@@ -337,9 +363,9 @@ func (t *lazyTx) commitHeld(ctx context.Context) error {
 	if t.err != nil {
 		return t.err
 	}
-	b, n := t.batch()
+	b, held := t.batch()
 	b.Queue(cmp.Or(t.opts.CommitQuery, "commit"))
-	br, err := t.send(ctx, b, n, "COMMIT")
+	br, err := t.send(ctx, b, held, "COMMIT")
 	if err == nil {
 		var tag pgconn.CommandTag
 		tag, err = br.Exec()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -255,5 +256,132 @@ func TestDBTXOfYourOwnTx(t *testing.T) {
 	}
 	if rows != 1 {
 		t.Errorf("%d rows, want 1", rows)
+	}
+}
+
+// TestPositionDeliveryOnPgx: in position delivery, the STREAM INSERT of an
+// event with a generated id goes with COMMIT too (two round trips for a
+// business row and an event), the hot path delivers it once its COMMIT
+// has returned its position, and the reader, which may read the row first,
+// delivers nothing again: every event once, through the hot path, and the
+// saved position past them all.
+func TestPositionDeliveryOnPgx(t *testing.T) {
+	tg := testdb.Postgres(t)
+	pool := testdb.PgxPool(t)
+	var (
+		mu   sync.Mutex
+		got  = map[string]int{}
+		want = 1 + 1 + 8*50
+	)
+	all := make(chan struct{})
+	reg := core.NewRegistry()
+	if err := reg.RegisterFunc(core.AggregateName("Invoice"), core.EventName("Placed"), func(_ context.Context, ev core.Event) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got[ev.ID()]++
+		if len(got) == want {
+			close(all)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	t.Cleanup(func() { _ = db.Close() })
+	metrics := &queueCount{}
+	ob, err := outbox.New(outbox.Config{DB: db, Store: tg.Store, Registry: reg, Metrics: metrics,
+		Delivery: outbox.DeliveryPosition, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := ob.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = ob.Close(ctx)
+		}
+	})
+
+	rec := &trips{}
+	traced := tracedPool(t, rec)
+	table := items(t, pool)
+	write := func(m *pgxtx.Manager, name string) error {
+		return m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (name) VALUES ($1)", name); err != nil {
+				return err
+			}
+			_, err := ob.Writer().Write(ctx, envelope(t, "Invoice", name, "Placed", ""))
+			return err
+		})
+	}
+	m := newManager(t, traced, pgxtx.Config{})
+	if err := write(m, "warm"); err != nil { // prepares the statements
+		t.Fatal(err)
+	}
+	rec.start()
+	if err := write(m, "traced"); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	sent := rec.sent
+	rec.on = false
+	rec.mu.Unlock()
+	if len(sent) != 2 || !strings.HasPrefix(sent[1], `insert into "`+strings.ToLower(tg.Table)+`"`) ||
+		!strings.Contains(sent[1], "returning pos") || !strings.HasSuffix(sent[1], " + commit") {
+		t.Fatalf("round trips %q; want BEGIN with the business row, then the STREAM row with COMMIT", sent)
+	}
+
+	many := newManager(t, pool, pgxtx.Config{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				if err := write(many, fmt.Sprintf("w%d-%d", w, i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("delivered %d of %d in 30 s", len(got), want)
+	}
+	if err := ob.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	closed = true
+	mu.Lock()
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("%s delivered %d times", id, n)
+		}
+	}
+	mu.Unlock()
+	if hot := metrics.hot.Load(); hot != int64(want) {
+		t.Errorf("%d events through the hot path, want all %d", hot, want)
+	}
+	var floor, maxPos int64
+	st := tg.Store.(interface{ PosTable() string })
+	if err := pool.QueryRow(ctx, "SELECT floor_pos FROM "+st.PosTable()).Scan(&floor); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, "SELECT max(pos) FROM "+tg.Table).Scan(&maxPos); err != nil {
+		t.Fatal(err)
+	}
+	if floor != maxPos {
+		t.Errorf("saved floor %d, want the last position %d: every event resolved", floor, maxPos)
 	}
 }

@@ -79,6 +79,17 @@ func (t dbtx) ExecContext(ctx context.Context, query string, args ...any) (sql.R
 	if lt, ok := t.tx.(*lazyTx); ok && lt.holdWrite(ctx, query, args) {
 		return heldResult{}, nil
 	}
+	if to := writectx.RowsOf(ctx); to != nil {
+		// Not held: the rows go to to now.
+		rows, err := t.tx.Query(ctx, query, args...)
+		if err != nil {
+			return nil, err
+		}
+		if err := feed(rows, to); err != nil {
+			return nil, err
+		}
+		return result(rows.CommandTag()), nil
+	}
 	tag, err := t.tx.Exec(ctx, query, args...)
 	if err != nil {
 		return nil, err

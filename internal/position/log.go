@@ -46,6 +46,16 @@ type Range struct{ Lo, Hi int64 }
 
 // Log is the store side of position delivery, implemented by the SQL stores
 // whose dialect supports it. Every method takes the handle to run on.
+// HeldInserter is a Log whose STREAM INSERT a transaction may hold and
+// send with its next statement or its COMMIT (see package writectx).
+type HeldInserter interface {
+	// InsertStreamHeld is InsertStream for a ctx that writectx marks: at
+	// receives the position of each event (by its index in envs) when its
+	// INSERT runs, which may be after InsertStreamHeld has returned, or
+	// never when the transaction rolls back first.
+	InsertStreamHeld(ctx context.Context, db core.DBTX, envs []core.Envelope, at func(i int, pos int64)) error
+}
+
 type Log interface {
 	// CheckSchema is core.SchemaChecker's for a table used by position
 	// delivery: a *core.SchemaError when it lacks the pos column or the

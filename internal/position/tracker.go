@@ -14,7 +14,10 @@ import (
 //   - a gap: not seen by a read, and maybe still to commit (gaps);
 //   - in flight: handed to the dispatcher by the reader (flight);
 //   - hot: taken by this process's hot path at its INSERT (hot), whether
-//     or not a read saw it yet.
+//     or not a read saw it yet. An INSERT held until its transaction's
+//     COMMIT (see package writectx) takes its events hot before it runs,
+//     their positions unknown (0 in hot, absent from hotPos): the INSERT's
+//     result, or a read that returns the row first, gives the position.
 //
 // Positions above the cursor that the hot path resolved before a read
 // reached them are in ahead, so that the read skips them.
@@ -31,8 +34,8 @@ type tracker struct {
 	gaps   []gap // sorted, disjoint
 	redo   []int64
 	flight map[string]int64 // event id -> position
-	hot    map[string]int64 // event id -> position
-	hotPos map[int64]string
+	hot    map[string]int64 // event id -> position, 0 until known
+	hotPos map[int64]string // the known positions of hot
 	ahead  map[int64]struct{}
 	// failing: held ids (hot or in flight) whose RETRY or DEAD is being
 	// written. Once it lands the row is the claim path's: this process's
@@ -102,8 +105,9 @@ func cmpInt(a, b int64) int {
 	return 0
 }
 
-// takeHot records that the hot path holds id at pos; false when the hot
-// path may not take it (not live, or full): the reader delivers it.
+// takeHot records that the hot path holds id at pos, or at a position not
+// known yet when pos is 0 (see hotAt); false when the hot path may not
+// take it (not live, or full): the reader delivers it.
 func (t *tracker) takeHot(id string, pos int64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -111,8 +115,27 @@ func (t *tracker) takeHot(id string, pos int64) bool {
 		return false
 	}
 	t.hot[id] = pos
-	t.hotPos[pos] = id
+	if pos != 0 {
+		t.hotPos[pos] = id
+	}
 	return true
+}
+
+// hotAt gives the hot id, taken with its position unknown, its position;
+// nothing when a read gave it first or the id is not hot any more. Under
+// mu.
+func (t *tracker) hotAt(id string, pos int64) {
+	if p, ok := t.hot[id]; ok && p == 0 {
+		t.hot[id] = pos
+		t.hotPos[pos] = id
+	}
+}
+
+// setHotPos is hotAt, for the INSERT's result.
+func (t *tracker) setHotPos(id string, pos int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.hotAt(id, pos)
 }
 
 // isHot reports whether the hot path holds id.
@@ -139,6 +162,9 @@ func (t *tracker) dropHot(id string) {
 		return
 	}
 	delete(t.hot, id)
+	if pos == 0 {
+		return // no read has returned its row: the reader delivers it when one does
+	}
 	delete(t.hotPos, pos)
 	if pos <= t.cursor && !t.inGap(pos) {
 		t.redo = append(t.redo, pos)
@@ -225,6 +251,12 @@ func (t *tracker) resolveLocked(id string) {
 	delete(t.failing, id)
 	if pos, ok := t.hot[id]; ok {
 		delete(t.hot, id)
+		if pos == 0 {
+			// Delivered before its position was known, which the INSERT's
+			// result gives before the COMMIT's: not expected. A read
+			// delivers it again.
+			return
+		}
 		delete(t.hotPos, pos)
 		if !t.live {
 			return
@@ -341,6 +373,10 @@ func (t *tracker) seenInGap(pos int64, id string) action {
 func (t *tracker) take(pos int64, id string) action {
 	if _, ok := t.hotPos[pos]; ok {
 		return skip // the hot path delivers it
+	}
+	if _, ok := t.hot[id]; ok {
+		t.hotAt(id, pos) // the read learnt its position first
+		return skip
 	}
 	if _, ok := t.flight[id]; ok {
 		return skip
@@ -473,7 +509,7 @@ func (t *tracker) setLive(live bool) {
 func (t *tracker) hotAhead() bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.hotPos) > 0 || len(t.ahead) > 0
+	return len(t.hot) > 0 || len(t.ahead) > 0
 }
 
 // giveBackPos is giveBack by position, for a row handed over whose read

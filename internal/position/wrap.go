@@ -9,6 +9,7 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/delivery"
+	"github.com/outboxkit/outbox/internal/writectx"
 )
 
 // Store returns the store the Writer and the dispatcher use in position
@@ -148,36 +149,71 @@ func (s *store) insertParts(ctx context.Context, db core.DBTX, envs []core.Envel
 	if len(stream) == 0 {
 		return res, nil
 	}
-	pos, err := s.r.cfg.Log.InsertStream(ctx, db, stream)
-	if err != nil {
-		return core.InsertResult{}, err
-	}
-	if opts.LeaseOwner != "" {
-		// An ordered event has no hot path: the reader delivers it, woken
-		// by the hook at the commit when it runs in this process.
-		missed := false
-		for i, env := range stream {
-			if s.isOrdered(env) {
-				missed = missed || !s.r.live()
-				continue
-			}
-			if !s.r.t.takeHot(env.ID(), pos[i]) {
-				missed = true
-			}
+	var missed bool
+	if hi, ok := s.r.cfg.Log.(HeldInserter); ok && opts.LeaseOwner != "" && writectx.Marked(ctx) {
+		var err error
+		if missed, err = s.insertHeld(ctx, db, hi, stream); err != nil {
+			return core.InsertResult{}, err
 		}
-		// The Writer signals only writes without a hot path; these have
-		// one, but not for position delivery (this process is not the
-		// reader, or its hot set is full): wake the reader when they
-		// commit. One signal per transaction reaches the listeners.
-		if missed {
-			if n, ok := core.StoreAs[core.InsertNotifier](s.Store); ok {
-				if err := n.NotifyInsert(ctx, db); err != nil {
-					return core.InsertResult{}, err
+	} else {
+		pos, err := s.r.cfg.Log.InsertStream(ctx, db, stream)
+		if err != nil {
+			return core.InsertResult{}, err
+		}
+		if opts.LeaseOwner != "" {
+			// An ordered event has no hot path: the reader delivers it, woken
+			// by the hook at the commit when it runs in this process.
+			for i, env := range stream {
+				if s.isOrdered(env) {
+					missed = missed || !s.r.live()
+					continue
+				}
+				if !s.r.t.takeHot(env.ID(), pos[i]) {
+					missed = true
 				}
 			}
 		}
 	}
+	// The Writer signals only writes without a hot path; these have one,
+	// but not for position delivery (this process is not the reader, or its
+	// hot set is full): wake the reader when they commit. One signal per
+	// transaction reaches the listeners.
+	if missed {
+		if n, ok := core.StoreAs[core.InsertNotifier](s.Store); ok {
+			if err := n.NotifyInsert(ctx, db); err != nil {
+				return core.InsertResult{}, err
+			}
+		}
+	}
 	return res, nil
+}
+
+// insertHeld writes stream, none of it ordered, with an INSERT that db's
+// transaction may hold until its next statement or COMMIT (see package
+// writectx): the events are taken hot before it runs, their positions
+// unknown, and get them when it runs, or from a read that returns their
+// rows first (see tracker). It reports whether an event missed the hot
+// path (not the reader, or the hot set full).
+func (s *store) insertHeld(ctx context.Context, db core.DBTX, hi HeldInserter, stream []core.Envelope) (missed bool, err error) {
+	hot := make([]bool, len(stream))
+	for i, env := range stream {
+		hot[i] = s.r.t.takeHot(env.ID(), 0)
+		missed = missed || !hot[i]
+	}
+	err = hi.InsertStreamHeld(ctx, db, stream, func(i int, pos int64) {
+		if hot[i] {
+			s.r.t.setHotPos(stream[i].ID(), pos)
+		}
+	})
+	if err != nil {
+		for i, env := range stream {
+			if hot[i] {
+				s.r.t.dropHot(env.ID())
+			}
+		}
+		return false, err
+	}
+	return missed, nil
 }
 
 // allOrNothing runs write in a transaction of its own when db is a pool,

@@ -21,8 +21,29 @@ func Mark(ctx context.Context) context.Context { return context.WithValue(ctx, k
 
 // Marked reports whether ctx was marked.
 func Marked(ctx context.Context) bool {
-	v, _ := ctx.Value(key{}).(bool)
-	return v
+	switch ctx.Value(key{}).(type) {
+	case bool, Rows:
+		return true
+	}
+	return false
+}
+
+// Rows receives the rows a statement returns (its RETURNING clause), one
+// call per row; scan reads the row's columns.
+type Rows func(scan func(dest ...any) error) error
+
+// WithRows returns ctx marked for a statement sent with ExecContext whose
+// rows go to rows instead: a transaction that holds the statement hands
+// them over when it sends it, any other must run it as a query and hand
+// them over at once (see RowsOf). The caller learns them only then.
+func WithRows(ctx context.Context, rows Rows) context.Context {
+	return context.WithValue(ctx, key{}, rows)
+}
+
+// RowsOf returns what WithRows set in ctx, or nil.
+func RowsOf(ctx context.Context) Rows {
+	r, _ := ctx.Value(key{}).(Rows)
+	return r
 }
 
 // holds is the predicate of the one package whose transactions hold

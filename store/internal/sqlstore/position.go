@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/position"
+	"github.com/outboxkit/outbox/internal/writectx"
 )
 
 // PositionSQL is what position delivery needs of a dialect
@@ -310,6 +311,38 @@ func (l *posLog) insertOneRow(ctx context.Context, db core.DBTX, env core.Envelo
 		return 0, fmt.Errorf("insert events: no position returned for event %s", env.ID())
 	}
 	return p, nil
+}
+
+// InsertStreamHeld implements position.HeldInserter: a write of one event
+// goes to db with ExecContext, its position handed to at from the row its
+// INSERT returns (see writectx.WithRows), when db's transaction sends it;
+// a larger write is InsertStream's.
+func (l *posLog) InsertStreamHeld(ctx context.Context, db core.DBTX, envs []core.Envelope, at func(i int, pos int64)) error {
+	if len(envs) != 1 {
+		pos, err := l.InsertStream(ctx, db, envs)
+		for i, p := range pos {
+			at(i, p)
+		}
+		return err
+	}
+	env := envs[0]
+	if err := env.Validate(); err != nil {
+		return fmt.Errorf("insert event %s: %w", env.ID(), err)
+	}
+	args, shape, err := l.s.oneRowArgs(env)
+	if err != nil {
+		return err
+	}
+	rows := writectx.WithRows(ctx, func(scan func(dest ...any) error) error {
+		var p int64
+		if err := scan(&p); err != nil {
+			return err
+		}
+		at(0, p)
+		return nil
+	})
+	_, err = db.ExecContext(rows, l.insertOne[shape], args...)
+	return l.s.wrap("insert events", err)
 }
 
 // readCols are the columns of a position read: those a STREAM row was
