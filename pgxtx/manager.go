@@ -30,8 +30,9 @@ type Config struct {
 	// transaction holds back and sends with its next statement, or with
 	// its COMMIT, in the same round trip: a business statement, an outbox
 	// write and COMMIT then cost two round trips instead of three. Only
-	// INSERTs that need nothing back are held (core.Writer's of events of
-	// the claim path none of whose aggregate types is ordered). Held writes
+	// core.Writer's INSERTs of events none of whose aggregate types is
+	// ordered are held (in position delivery, of one event: its position
+	// comes back with the COMMIT's batch). Held writes
 	// still run in the order written, before anything after them, so that
 	// later statements see their rows and a savepoint rolled back undoes
 	// them; a rollback drops them unsent. The NOTIFY with which a Writer
