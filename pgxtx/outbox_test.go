@@ -42,6 +42,17 @@ func envelope(t *testing.T, aggType, aggID, eventType, id string) core.Envelope 
 	return env
 }
 
+// awaitAll waits up to 30 s for all to be closed, and fails the test with
+// what status says when it is not.
+func awaitAll(t *testing.T, all <-chan struct{}, status func() string) {
+	t.Helper()
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("after 30 s: %s", status())
+	}
+}
+
 // startOutbox starts an Outbox on store whose background side runs on pool
 // through pgx's database/sql adapter, with metrics counting the queues; it
 // is closed when the test ends.
@@ -161,13 +172,11 @@ func TestOutboxOnPgxPool(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	select {
-	case <-all:
-	case <-time.After(30 * time.Second):
+	awaitAll(t, all, func() string {
 		mu.Lock()
 		defer mu.Unlock()
-		t.Fatalf("delivered %d of %d in 30 s: %q", len(got), want, got)
-	}
+		return fmt.Sprintf("delivered %d of %d: %q", len(got), want, got)
+	})
 	mu.Lock()
 	var order []string
 	for _, g := range got {
@@ -352,13 +361,11 @@ func TestPositionDeliveryOnPgx(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	select {
-	case <-all:
-	case <-time.After(30 * time.Second):
+	awaitAll(t, all, func() string {
 		mu.Lock()
 		defer mu.Unlock()
-		t.Fatalf("delivered %d of %d in 30 s", len(got), want)
-	}
+		return fmt.Sprintf("delivered %d of %d", len(got), want)
+	})
 	if err := ob.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
