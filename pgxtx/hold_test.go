@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -418,5 +419,42 @@ func TestHeldWritesOfAnOrderingStore(t *testing.T) {
 				t.Errorf("round trips %q, %v", sent, err)
 			}
 		})
+	}
+}
+
+// TestHeldWriteOfManyStatements: a write too large for one statement is
+// held as several, each with its own arguments: the store builds the next
+// statement in the argument slice it passed for the one before, as
+// database/sql allows once ExecContext has returned.
+func TestHeldWriteOfManyStatements(t *testing.T) {
+	h := newHolding(t, pgxtx.HoldGeneratedIDs)
+	ctx := context.Background()
+	envs := make([]core.Envelope, 2500)
+	want := make([]string, len(envs))
+	for i := range envs {
+		envs[i] = envelope(t, "Invoice", fmt.Sprint("i-", i), "Placed", "")
+		want[i] = envs[i].ID()
+	}
+	h.rec.start()
+	err := h.m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, h.insert, "many"); err != nil {
+			return err
+		}
+		_, err := h.w.WriteAll(ctx, envs)
+		return err
+	})
+	h.rec.mu.Lock()
+	sent := h.rec.sent
+	h.rec.on = false
+	h.rec.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sent) != 2 || !strings.HasSuffix(sent[1], " + commit") {
+		t.Errorf("round trips %d, the last %.60q...; want the write's statements sent with COMMIT", len(sent), sent[len(sent)-1])
+	}
+	slices.Sort(want)
+	if got := h.events(t); got != strings.Join(want, " ") {
+		t.Fatalf("the outbox holds %d ids, not the %d written", len(strings.Fields(got)), len(want))
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -71,7 +72,9 @@ func (t *lazyTx) holdWrite(ctx context.Context, sql string, args []any) bool {
 	if t.hold == HoldNone || t.beginFailed || !writectx.Marked(ctx) {
 		return false
 	}
-	t.held = append(t.held, heldWrite{sql, args, writectx.RowsOf(ctx)})
+	// A copy: the caller may reuse args once ExecContext has returned, as
+	// database/sql allows (a store builds its next statement in them).
+	t.held = append(t.held, heldWrite{sql, slices.Clone(args), writectx.RowsOf(ctx)})
 	return true
 }
 

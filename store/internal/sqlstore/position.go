@@ -220,14 +220,61 @@ func (l *posLog) insertStream(ctx context.Context, db core.DBTX, envs []core.Env
 		}
 		return []int64{p}, nil
 	}
+	pos := make([]int64, len(envs))
+	at := positionsByID(envs, func(i int, p int64) { pos[i] = p })
+	err := l.statements(envs, func(q string, args []any) error {
+		res, err := db.QueryContext(ctx, q, args...)
+		if err != nil {
+			return s.wrap("insert events", err)
+		}
+		defer res.Close()
+		for res.Next() {
+			if err := at(res.Scan); err != nil {
+				return s.wrap("insert events", err)
+			}
+		}
+		return s.wrap("insert events", res.Err())
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range pos {
+		if p == 0 {
+			return nil, fmt.Errorf("insert events: no position returned for event %s", envs[i].ID())
+		}
+	}
+	return pos, nil
+}
+
+// positionsByID returns what reads a row (event_id, pos) of a multi-row
+// STREAM INSERT and hands the position to at by the event's index in envs:
+// such an INSERT returns its rows in no set order.
+func positionsByID(envs []core.Envelope, at func(i int, pos int64)) func(scan func(dest ...any) error) error {
+	index := make(map[string]int, len(envs))
+	for i, env := range envs {
+		index[env.ID()] = i
+	}
+	return func(scan func(dest ...any) error) error {
+		var id string
+		var p int64
+		if err := scan(&id, &p); err != nil {
+			return err
+		}
+		if i, ok := index[id]; ok {
+			at(i, p)
+		}
+		return nil
+	}
+}
+
+// statements hands run the statements, each returning (event_id, pos) of
+// its rows, that write envs (validated) as STREAM rows, in as few as the
+// limits allow.
+func (l *posLog) statements(envs []core.Envelope, run func(q string, args []any) error) error {
+	s := l.s
 	maxRows := s.maxInsertRows()
 	if n := s.d.Position.RowsPerInsert; n > 0 {
 		maxRows = n
-	}
-	pos := make([]int64, len(envs))
-	index := make(map[string]int, len(envs)) // by id: a multi-row INSERT returns its rows in no set order
-	for i, env := range envs {
-		index[env.ID()] = i
 	}
 	var sb strings.Builder
 	var args []any
@@ -241,33 +288,19 @@ func (l *posLog) insertStream(ctx context.Context, db core.DBTX, envs []core.Env
 			sb.WriteString(" RETURNING event_id, pos")
 			q = s.d.rebind(sb.String())
 		}
-		res, err := db.QueryContext(ctx, q, args...)
+		err := run(q, args)
 		sb.Reset()
 		args, rows, bytes = args[:0], 0, 0
-		if err != nil {
-			return s.wrap("insert events", err)
-		}
-		defer res.Close()
-		for res.Next() {
-			var id string
-			var p int64
-			if err := res.Scan(&id, &p); err != nil {
-				return s.wrap("insert events", err)
-			}
-			if i, ok := index[id]; ok {
-				pos[i] = p
-			}
-		}
-		return s.wrap("insert events", res.Err())
+		return err
 	}
 	for _, env := range envs {
 		payload, headers, err := rowBody(env)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if rows > 0 && (rows == maxRows || bytes+len(payload) > maxInsertBytes) {
 			if err := flush(); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if rows == 0 {
@@ -282,15 +315,7 @@ func (l *posLog) insertStream(ctx context.Context, db core.DBTX, envs []core.Env
 		rows++
 		bytes += len(payload)
 	}
-	if err := flush(); err != nil {
-		return nil, err
-	}
-	for i, p := range pos {
-		if p == 0 {
-			return nil, fmt.Errorf("insert events: no position returned for event %s", envs[i].ID())
-		}
-	}
-	return pos, nil
+	return flush()
 }
 
 // insertOneRow writes the STREAM row of one event, the common write (one
