@@ -50,9 +50,8 @@
 //
 // # Writes sent with COMMIT
 //
-// The outbox's INSERTs of events whose aggregate types are not ordered (in
-// position delivery, of one event at a time) and whose ids the library
-// generated are held and sent in the batch of the transaction's next
+// The outbox's INSERTs of events whose aggregate types are not ordered and
+// whose ids the library generated are held and sent in the batch of the transaction's next
 // statement, or of its COMMIT: a business statement, an outbox write and
 // COMMIT cost two round trips. Held writes still run in the order written,
 // before anything after them; a rollback drops them unsent. Write returns

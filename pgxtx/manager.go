@@ -31,8 +31,8 @@ type Config struct {
 	// its COMMIT, in the same round trip: a business statement, an outbox
 	// write and COMMIT then cost two round trips instead of three. Only
 	// core.Writer's INSERTs of events none of whose aggregate types is
-	// ordered are held (in position delivery, of one event: its position
-	// comes back with the COMMIT's batch). Held writes
+	// ordered are held (in position delivery too: the positions come back
+	// with the COMMIT's batch). Held writes
 	// still run in the order written, before anything after them, so that
 	// later statements see their rows and a savepoint rolled back undoes
 	// them; a rollback drops them unsent. The NOTIFY with which a Writer

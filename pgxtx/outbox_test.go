@@ -268,19 +268,19 @@ func TestDBTXOfYourOwnTx(t *testing.T) {
 	}
 }
 
-// TestPositionDeliveryOnPgx: in position delivery, the STREAM INSERT of an
-// event with a generated id goes with COMMIT too (two round trips for a
-// business row and an event), the hot path delivers it once its COMMIT
-// has returned its position, and the reader, which may read the row first,
-// delivers nothing again: every event once, through the hot path, and the
-// saved position past them all.
+// TestPositionDeliveryOnPgx: in position delivery, the STREAM INSERT of
+// events with generated ids goes with COMMIT too (two round trips for a
+// business row and one event, or three in one INSERT), the hot path
+// delivers them once the COMMIT's batch has returned their positions, and
+// the reader, which may read a row first, delivers nothing again: every
+// event once, through the hot path, and the saved position past them all.
 func TestPositionDeliveryOnPgx(t *testing.T) {
 	tg := testdb.Postgres(t)
 	pool := testdb.PgxPool(t)
 	var (
 		mu   sync.Mutex
 		got  = map[string]int{}
-		want = 1 + 1 + 8*50
+		want = 1 + 1 + 3 + 3 + 8*50
 	)
 	all := make(chan struct{})
 	reg := core.NewRegistry()
@@ -317,12 +317,16 @@ func TestPositionDeliveryOnPgx(t *testing.T) {
 	rec := &trips{}
 	traced := tracedPool(t, rec)
 	table := items(t, pool)
-	write := func(m *pgxtx.Manager, name string) error {
+	write := func(m *pgxtx.Manager, name string, n ...int) error {
+		envs := []core.Envelope{envelope(t, "Invoice", name, "Placed", "")}
+		for i := range append(n, 1)[0] - 1 {
+			envs = append(envs, envelope(t, "Invoice", fmt.Sprint(name, "-", i), "Placed", ""))
+		}
 		return m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (name) VALUES ($1)", name); err != nil {
 				return err
 			}
-			_, err := ob.Writer().Write(ctx, envelope(t, "Invoice", name, "Placed", ""))
+			_, err := ob.Writer().WriteAll(ctx, envs)
 			return err
 		})
 	}
@@ -341,6 +345,21 @@ func TestPositionDeliveryOnPgx(t *testing.T) {
 	if len(sent) != 2 || !strings.HasPrefix(sent[1], `insert into "`+strings.ToLower(tg.Table)+`"`) ||
 		!strings.Contains(sent[1], "returning pos") || !strings.HasSuffix(sent[1], " + commit") {
 		t.Fatalf("round trips %q; want BEGIN with the business row, then the STREAM row with COMMIT", sent)
+	}
+	// Three events in one write: one multi-row INSERT, sent with COMMIT too.
+	if err := write(m, "warm-3", 3); err != nil {
+		t.Fatal(err)
+	}
+	rec.start()
+	if err := write(m, "traced-3", 3); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	sent = rec.sent
+	rec.on = false
+	rec.mu.Unlock()
+	if len(sent) != 2 || !strings.Contains(sent[1], "returning event_id, pos + commit") {
+		t.Fatalf("round trips %q; want BEGIN with the business row, then the three STREAM rows with COMMIT", sent)
 	}
 
 	many := newManager(t, pool, pgxtx.Config{})

@@ -169,15 +169,7 @@ const streamInsertCols = "event_id, event_type, aggregate_type, aggregate_id, te
 // transaction has ended.
 func (l *posLog) InsertStream(ctx context.Context, db core.DBTX, envs []core.Envelope) ([]int64, error) {
 	s := l.s
-	maxRows := s.maxInsertRows()
-	if n := s.d.Position.RowsPerInsert; n > 0 {
-		maxRows = n
-	}
-	bytes := 0
-	for _, env := range envs {
-		bytes += env.PayloadLen()
-	}
-	if len(envs) <= maxRows && bytes <= maxInsertBytes {
+	if l.fits(envs) {
 		return l.insertStream(ctx, db, envs) // one statement
 	}
 	var pos []int64
@@ -202,6 +194,19 @@ func (l *posLog) InsertStream(ctx context.Context, db core.DBTX, envs []core.Env
 		return nil, s.wrap("insert events", err)
 	}
 	return pos, nil
+}
+
+// fits reports whether envs fit in one STREAM INSERT.
+func (l *posLog) fits(envs []core.Envelope) bool {
+	maxRows := l.s.maxInsertRows()
+	if n := l.s.d.Position.RowsPerInsert; n > 0 {
+		maxRows = n
+	}
+	bytes := 0
+	for _, env := range envs {
+		bytes += env.PayloadLen()
+	}
+	return len(envs) <= maxRows && bytes <= maxInsertBytes
 }
 
 // insertStream writes envs as STREAM rows in as few statements as the
@@ -338,36 +343,44 @@ func (l *posLog) insertOneRow(ctx context.Context, db core.DBTX, env core.Envelo
 	return p, nil
 }
 
-// InsertStreamHeld implements position.HeldInserter: a write of one event
-// goes to db with ExecContext, its position handed to at from the row its
-// INSERT returns (see writectx.WithRows), when db's transaction sends it;
-// a larger write is InsertStream's.
+// InsertStreamHeld implements position.HeldInserter: a write that fits in
+// one statement goes to db with ExecContext, the positions handed to at
+// from the rows its INSERT returns (see writectx.WithRows), when db's
+// transaction sends it; a larger write is InsertStream's.
 func (l *posLog) InsertStreamHeld(ctx context.Context, db core.DBTX, envs []core.Envelope, at func(i int, pos int64)) error {
-	if len(envs) != 1 {
+	if !l.fits(envs) {
 		pos, err := l.InsertStream(ctx, db, envs)
 		for i, p := range pos {
 			at(i, p)
 		}
 		return err
 	}
-	env := envs[0]
-	if err := env.Validate(); err != nil {
-		return fmt.Errorf("insert event %s: %w", env.ID(), err)
+	for _, env := range envs {
+		if err := env.Validate(); err != nil {
+			return fmt.Errorf("insert event %s: %w", env.ID(), err)
+		}
 	}
-	args, shape, err := l.s.oneRowArgs(env)
-	if err != nil {
-		return err
-	}
-	rows := writectx.WithRows(ctx, func(scan func(dest ...any) error) error {
-		var p int64
-		if err := scan(&p); err != nil {
+	if len(envs) == 1 {
+		args, shape, err := l.s.oneRowArgs(envs[0])
+		if err != nil {
 			return err
 		}
-		at(0, p)
-		return nil
+		rows := writectx.WithRows(ctx, func(scan func(dest ...any) error) error {
+			var p int64
+			if err := scan(&p); err != nil {
+				return err
+			}
+			at(0, p)
+			return nil
+		})
+		_, err = db.ExecContext(rows, l.insertOne[shape], args...)
+		return l.s.wrap("insert events", err)
+	}
+	rows := writectx.WithRows(ctx, positionsByID(envs, at))
+	return l.statements(envs, func(q string, args []any) error {
+		_, err := db.ExecContext(rows, q, args...)
+		return l.s.wrap("insert events", err)
 	})
-	_, err = db.ExecContext(rows, l.insertOne[shape], args...)
-	return l.s.wrap("insert events", err)
 }
 
 // readCols are the columns of a position read: those a STREAM row was
