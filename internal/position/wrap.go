@@ -195,21 +195,15 @@ func (s *store) insertParts(ctx context.Context, db core.DBTX, envs []core.Envel
 // rows first (see tracker). It reports whether an event missed the hot
 // path (not the reader, or the hot set full).
 func (s *store) insertHeld(ctx context.Context, db core.DBTX, hi HeldInserter, stream []core.Envelope) (missed bool, err error) {
-	hot := make([]bool, len(stream))
-	for i, env := range stream {
-		hot[i] = s.r.t.takeHot(env.ID(), 0)
-		missed = missed || !hot[i]
+	for _, env := range stream {
+		missed = !s.r.t.takeHot(env.ID(), 0) || missed
 	}
-	err = hi.InsertStreamHeld(ctx, db, stream, func(i int, pos int64) {
-		if hot[i] {
-			s.r.t.setHotPos(stream[i].ID(), pos)
-		}
-	})
+	// An id the hot path did not take is not hot: setHotPos and dropHot
+	// leave it alone.
+	err = hi.InsertStreamHeld(ctx, db, stream, func(i int, pos int64) { s.r.t.setHotPos(stream[i].ID(), pos) })
 	if err != nil {
-		for i, env := range stream {
-			if hot[i] {
-				s.r.t.dropHot(env.ID())
-			}
+		for _, env := range stream {
+			s.r.t.dropHot(env.ID())
 		}
 		return false, err
 	}
