@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/pgxlazy"
 	"github.com/outboxkit/outbox/internal/txhooks"
 	"github.com/outboxkit/outbox/outboxlog"
 )
@@ -157,7 +158,7 @@ func (m *Manager) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
-	t := &Tx{dbtx: dbtx{ptx}, user: managedTx{ptx}, handle: m.db, hooks: txhooks.Hooks{Log: m.log, Prefix: "pgxtx"}}
+	t := &Tx{dbtx: dbtx{ptx}, user: managedTx{ptx}, handle: m.db, hold: m.hold, hooks: txhooks.Hooks{Log: m.log, Prefix: "pgxtx"}}
 
 	// The end of the transaction and the callbacks get ctx without its
 	// cancellation and without this transaction, which is over by then.
@@ -199,7 +200,7 @@ func (m *Manager) Do(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx
 
 // begin returns the transaction for Do, and what gives its connection back
 // once it has ended. On a pool or a connection the transaction is begun
-// with its first statement (see lazyTx); another Beginner's begins now.
+// with its first statement (see package pgxlazy); another Beginner's begins now.
 func (m *Manager) begin(ctx context.Context) (pgx.Tx, func(), error) {
 	switch db := m.db.(type) {
 	case *pgxpool.Pool:
@@ -207,9 +208,9 @@ func (m *Manager) begin(ctx context.Context) (pgx.Tx, func(), error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		return &lazyTx{conn: c.Conn(), opts: m.opts, hold: m.hold}, c.Release, nil
+		return pgxlazy.New(c.Conn(), m.opts, m.hold != HoldNone), c.Release, nil
 	case *pgx.Conn:
-		return &lazyTx{conn: db, opts: m.opts, hold: m.hold}, func() {}, nil
+		return pgxlazy.New(db, m.opts, m.hold != HoldNone), func() {}, nil
 	}
 	tx, err := m.db.BeginTx(ctx, m.opts)
 	return tx, func() {}, err

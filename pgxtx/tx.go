@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/pgxlazy"
 	"github.com/outboxkit/outbox/internal/txhooks"
 	"github.com/outboxkit/outbox/internal/writectx"
 )
@@ -26,6 +27,7 @@ type Tx struct {
 	dbtx             // pgx's transaction; Do commits or rolls it back
 	user   managedTx // what fn and Pgx hand out
 	handle Beginner
+	hold   Hold // Config.HoldWrites
 	hooks  txhooks.Hooks
 }
 
@@ -35,8 +37,8 @@ func init() {
 		if !ok {
 			return false
 		}
-		lt, ok := t.tx.(*lazyTx)
-		return ok && lt.hold.holds(generatedIDs) && !lt.beginFailed
+		lt, ok := t.tx.(*pgxlazy.Tx)
+		return ok && t.hold.holds(generatedIDs) && lt.Holds()
 	})
 }
 
@@ -76,23 +78,12 @@ type dbtx struct{ tx pgx.Tx }
 // with pgx. The result's LastInsertId is not supported (PostgreSQL has
 // RETURNING instead).
 func (t dbtx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if lt, ok := t.tx.(*lazyTx); ok && lt.holdWrite(ctx, query, args) {
-		return heldResult{}, nil
-	}
-	if to := writectx.RowsOf(ctx); to != nil {
-		// Not held: the rows go to to now.
-		rows, err := t.tx.Query(ctx, query, args...)
-		if err != nil {
-			return nil, err
-		}
-		if err := feed(rows, to); err != nil {
-			return nil, err
-		}
-		return result(rows.CommandTag()), nil
-	}
-	tag, err := t.tx.Exec(ctx, query, args...)
+	tag, held, err := pgxlazy.ExecMarked(ctx, t.tx, query, args)
 	if err != nil {
 		return nil, err
+	}
+	if held {
+		return heldResult{}, nil
 	}
 	return result(tag), nil
 }

@@ -1,4 +1,8 @@
-package pgxtx
+// Package pgxlazy is the pgx transaction that pgxtx's Manager.Do and the
+// database/sql driver of store/postgres's Open begin: one whose BEGIN goes
+// with its first statement, and which may hold the outbox's INSERTs until
+// its next statement or COMMIT.
+package pgxlazy
 
 import (
 	"cmp"
@@ -14,14 +18,14 @@ import (
 	"github.com/outboxkit/outbox/internal/writectx"
 )
 
-// lazyTx is the transaction Do hands out on a pool or a connection. It sends
-// no BEGIN of its own: the first statement goes in one pgx batch behind the
-// BEGIN (Batch.BeginTx), so that a transaction pays no round trip for
-// beginning. A business transaction of one statement and an outbox write
-// costs three round trips (BEGIN with the statement, the INSERT, COMMIT)
-// instead of four. From the first statement on, everything runs on pgx's
-// own transaction (tx); a transaction that ran nothing sends nothing, not
-// even its COMMIT.
+// Tx is a pgx transaction on a connection that sends no BEGIN of its own:
+// the first statement goes in one pgx batch behind the BEGIN
+// (Batch.BeginTx), so that a transaction pays no round trip for beginning.
+// A business transaction of one statement and an outbox write costs three
+// round trips (BEGIN with the statement, the INSERT, COMMIT) instead of
+// four, two when the write is held. From the first statement on, everything
+// runs on pgx's own transaction (tx); a transaction that ran nothing sends
+// nothing, not even its COMMIT.
 //
 // A statement whose BEGIN cannot share its round trip begins first, on its
 // own: one without arguments (pgx runs it with the simple protocol, which
@@ -29,24 +33,33 @@ import (
 // QueryExecMode, CopyFrom, a savepoint (Begin), and Conn and LargeObjects,
 // through which statements reach the connection without passing here.
 //
-// Unless hold is HoldNone (Config.HoldWrites), the outbox's INSERTs (the
-// statements core.Writer marks, see package writectx) are held and sent in
-// the batch of the transaction's next statement, or of its COMMIT, ahead of
-// it: in the order they were written, before anything that comes after
-// them. A rollback drops them unsent. Holding stops for the rest of the
-// transaction at Begin, Conn and LargeObjects, whose statements do not
-// pass here.
-type lazyTx struct {
+// A Tx that holds writes (New's hold) holds the outbox's INSERTs (the
+// statements core.Writer marks, see package writectx, run with Exec) and
+// sends them in the batch of the transaction's next statement, or of its
+// COMMIT, ahead of it: in the order they were written, before anything that
+// comes after them. A rollback drops them unsent. Holding stops for the rest
+// of the transaction at Begin, Conn and LargeObjects, whose statements do
+// not pass here.
+type Tx struct {
 	conn *pgx.Conn
 	opts pgx.TxOptions
 	tx   pgx.Tx      // pgx's transaction, once begun; closed after a BEGIN that failed
 	err  error       // a BEGIN that failed where its error could not be returned
-	hold Hold        // HoldNone once holding has stopped
+	hold bool        // holding writes; false once holding has stopped
 	held []heldWrite // in the order written
 	// beginFailed: BEGIN failed, so that no statement may be sent any more: a
 	// held write would run outside a transaction.
 	beginFailed bool
 }
+
+// New returns a transaction on conn, begun with opts at its first
+// statement, holding writes if hold.
+func New(conn *pgx.Conn, opts pgx.TxOptions, hold bool) *Tx {
+	return &Tx{conn: conn, opts: opts, hold: hold}
+}
+
+// Holds reports whether the transaction holds the writes marked for it.
+func (t *Tx) Holds() bool { return t.hold && !t.beginFailed }
 
 type heldWrite struct {
 	sql  string
@@ -68,8 +81,8 @@ func closedTx() pgx.Tx {
 
 // holdWrite holds the statement if the transaction holds writes and ctx
 // marks it as the outbox's INSERT; false when it must run now.
-func (t *lazyTx) holdWrite(ctx context.Context, sql string, args []any) bool {
-	if t.hold == HoldNone || t.beginFailed || !writectx.Marked(ctx) {
+func (t *Tx) holdWrite(ctx context.Context, sql string, args []any) bool {
+	if !t.hold || t.beginFailed || !writectx.Marked(ctx) {
 		return false
 	}
 	// A copy: the caller may reuse args once ExecContext has returned, as
@@ -78,8 +91,45 @@ func (t *lazyTx) holdWrite(ctx context.Context, sql string, args []any) bool {
 	return true
 }
 
+// ExecMarked runs a statement that returns no rows on tx as core.Writer's
+// statements need (see package writectx): when tx is a Tx that holds the
+// outbox's INSERT, it is held (held is true, and the statement's result
+// comes with the transaction's next statement or COMMIT); a statement
+// whose rows go to writectx.RowsOf(ctx) and is not held runs as a query
+// that hands them over before ExecMarked returns.
+func ExecMarked(ctx context.Context, tx pgx.Tx, sql string, args []any) (tag pgconn.CommandTag, held bool, err error) {
+	if lt, ok := tx.(*Tx); ok && lt.holdWrite(ctx, sql, args) {
+		return pgconn.CommandTag{}, true, nil
+	}
+	if to := writectx.RowsOf(ctx); to != nil {
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			return pgconn.CommandTag{}, false, err
+		}
+		if err := feed(rows, to); err != nil {
+			return pgconn.CommandTag{}, false, err
+		}
+		return rows.CommandTag(), false, nil
+	}
+	tag, err = tx.Exec(ctx, sql, args...)
+	return tag, false, err
+}
+
+// Ready begins the transaction, if it has not begun, and sends the held
+// writes: for a statement that goes to the connection without passing
+// here. It returns the error of the BEGIN or of a held write.
+func (t *Tx) Ready(ctx context.Context) error {
+	if _, err := t.ready(ctx, withStatement); err != nil {
+		return err
+	}
+	if t.beginFailed {
+		return t.beginErr(pgx.ErrTxClosed)
+	}
+	return nil
+}
+
 // begin sends BEGIN on its own, if the transaction has not begun.
-func (t *lazyTx) begin(ctx context.Context) pgx.Tx {
+func (t *Tx) begin(ctx context.Context) pgx.Tx {
 	if t.tx == nil {
 		tx, err := t.conn.BeginTx(ctx, t.opts)
 		if err != nil {
@@ -93,7 +143,7 @@ func (t *lazyTx) begin(ctx context.Context) pgx.Tx {
 
 // ready returns pgx's transaction, begun, with the held writes sent: for a
 // statement that runs on its own.
-func (t *lazyTx) ready(ctx context.Context, with string) (pgx.Tx, error) {
+func (t *Tx) ready(ctx context.Context, with string) (pgx.Tx, error) {
 	if len(t.held) == 0 {
 		return t.begin(ctx), nil
 	}
@@ -107,7 +157,7 @@ func (t *lazyTx) ready(ctx context.Context, with string) (pgx.Tx, error) {
 
 // beginErr is the error of a statement that could not run because its
 // BEGIN failed.
-func (t *lazyTx) beginErr(err error) error {
+func (t *Tx) beginErr(err error) error {
 	if t.err != nil && errors.Is(err, pgx.ErrTxClosed) {
 		return t.err
 	}
@@ -117,7 +167,7 @@ func (t *lazyTx) beginErr(err error) error {
 // batch returns a batch that begins the transaction, if it has not begun,
 // and sends the held writes, and those writes; the caller's statements go
 // after them.
-func (t *lazyTx) batch() (*pgx.Batch, []heldWrite) {
+func (t *Tx) batch() (*pgx.Batch, []heldWrite) {
 	// Room for BEGIN, the held writes and the caller's statement.
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, len(t.held)+2)}
 	if t.tx == nil {
@@ -136,7 +186,7 @@ func (t *lazyTx) batch() (*pgx.Batch, []heldWrite) {
 // results at the caller's first statement, or the error of BEGIN or of a
 // write (naming it as sent with the statement with), the batch closed.
 // From here on the transaction is pgx's, or closed if BEGIN failed.
-func (t *lazyTx) send(ctx context.Context, b *pgx.Batch, held []heldWrite, with string) (pgx.BatchResults, error) {
+func (t *Tx) send(ctx context.Context, b *pgx.Batch, held []heldWrite, with string) (pgx.BatchResults, error) {
 	begins := t.tx == nil
 	br := t.conn.SendBatch(ctx, b)
 	if begins {
@@ -154,7 +204,7 @@ func (t *lazyTx) send(ctx context.Context, b *pgx.Batch, held []heldWrite, with 
 				// The outbox table's one unique key is the event id.
 				err = fmt.Errorf("%w: %w", core.ErrDuplicateEvent, err)
 			}
-			return nil, fmt.Errorf("pgxtx: the outbox write sent with %s failed: %w", with, err)
+			return nil, fmt.Errorf("the outbox write sent with %s failed: %w", with, err)
 		}
 	}
 	return br, nil
@@ -188,7 +238,7 @@ func feed(rows pgx.Rows, to writectx.Rows) error {
 // direct reports whether a statement with args runs on pgx's transaction
 // as it is: the transaction has begun and holds no writes, or the
 // statement cannot go in a batch (see pipelines).
-func (t *lazyTx) direct(args []any) bool {
+func (t *Tx) direct(args []any) bool {
 	return t.tx != nil && len(t.held) == 0 || !pipelines(args)
 }
 
@@ -209,7 +259,7 @@ func pipelines(args []any) bool {
 
 const withStatement = "this statement"
 
-func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if t.direct(args) {
 		tx, err := t.ready(ctx, withStatement)
 		if err != nil {
@@ -231,7 +281,7 @@ func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	return tag, err
 }
 
-func (t *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if t.direct(args) {
 		tx, err := t.ready(ctx, withStatement)
 		if err != nil {
@@ -254,7 +304,7 @@ func (t *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 	return &batchRows{Rows: rows, br: br}, nil
 }
 
-func (t *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if t.direct(args) {
 		tx, err := t.ready(ctx, withStatement)
 		if err != nil {
@@ -271,7 +321,7 @@ func (t *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row 
 	return batchRow{row: br.QueryRow(), br: br}
 }
 
-func (t *lazyTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if len(b.QueuedQueries) == 0 || t.tx != nil && len(t.held) == 0 {
 		tx, err := t.ready(ctx, "this batch")
 		if err != nil {
@@ -288,7 +338,7 @@ func (t *lazyTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	return noTx{br}
 }
 
-func (t *lazyTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+func (t *Tx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
 	tx, err := t.ready(ctx, "this COPY")
 	if err != nil {
 		return 0, err
@@ -300,8 +350,8 @@ func (t *lazyTx) CopyFrom(ctx context.Context, table pgx.Identifier, cols []stri
 // Begin begins a pseudo nested transaction (a savepoint), as pgx's does.
 // The savepoint's statements go to the connection directly: the writes
 // held so far go first, and no write is held after.
-func (t *lazyTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	t.hold = HoldNone
+func (t *Tx) Begin(ctx context.Context) (pgx.Tx, error) {
+	t.hold = false
 	tx, err := t.ready(ctx, "SAVEPOINT")
 	if err != nil {
 		return nil, err
@@ -312,7 +362,7 @@ func (t *lazyTx) Begin(ctx context.Context) (pgx.Tx, error) {
 
 // Prepare prepares a statement on the connection; a prepared statement
 // belongs to the connection, not to a transaction, so it needs no BEGIN.
-func (t *lazyTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+func (t *Tx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
 	if t.tx != nil {
 		return t.tx.Prepare(ctx, name, sql)
 	}
@@ -322,8 +372,8 @@ func (t *lazyTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stateme
 // LargeObjects begins the transaction, on its own and without a context
 // (a large object lives only in a transaction), and sends the held writes;
 // no write is held after.
-func (t *lazyTx) LargeObjects() pgx.LargeObjects {
-	t.hold = HoldNone
+func (t *Tx) LargeObjects() pgx.LargeObjects {
+	t.hold = false
 	tx, err := t.ready(context.Background(), "LargeObjects")
 	if err != nil && t.err == nil {
 		t.err = err
@@ -334,8 +384,8 @@ func (t *lazyTx) LargeObjects() pgx.LargeObjects {
 // Conn begins the transaction, on its own and without a context, so that
 // the statements run on the connection are in it, and sends the held
 // writes; no write is held after.
-func (t *lazyTx) Conn() *pgx.Conn {
-	t.hold = HoldNone
+func (t *Tx) Conn() *pgx.Conn {
+	t.hold = false
 	if _, err := t.ready(context.Background(), "Conn"); err != nil && t.err == nil {
 		t.err = err
 	}
@@ -344,8 +394,8 @@ func (t *lazyTx) Conn() *pgx.Conn {
 
 // Commit commits what the transaction ran, the held writes sent with the
 // COMMIT; one that ran nothing has nothing to commit.
-func (t *lazyTx) Commit(ctx context.Context) error {
-	t.hold = HoldNone
+func (t *Tx) Commit(ctx context.Context) error {
+	t.hold = false
 	if len(t.held) > 0 {
 		return t.commitHeld(ctx)
 	}
@@ -362,7 +412,7 @@ func (t *lazyTx) Commit(ctx context.Context) error {
 // commitHeld sends the held writes and COMMIT in one batch (with BEGIN if
 // the transaction has not begun). When a write fails, the server skips the
 // COMMIT and the transaction is rolled back.
-func (t *lazyTx) commitHeld(ctx context.Context) error {
+func (t *Tx) commitHeld(ctx context.Context) error {
 	if t.err != nil {
 		return t.err
 	}
@@ -390,8 +440,8 @@ func (t *lazyTx) commitHeld(ctx context.Context) error {
 
 // Rollback rolls back what the transaction ran; the held writes are
 // dropped unsent.
-func (t *lazyTx) Rollback(ctx context.Context) error {
-	t.hold, t.held = HoldNone, nil
+func (t *Tx) Rollback(ctx context.Context) error {
+	t.hold, t.held = false, nil
 	if t.tx == nil {
 		t.tx = closed
 		return nil
