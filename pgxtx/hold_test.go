@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testsupport/roundtrips"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/pgxtx"
 )
@@ -24,7 +25,7 @@ import (
 type holding struct {
 	tg     testdb.Target
 	pool   *pgxpool.Pool
-	rec    *trips
+	rec    *roundtrips.Recorder
 	w      *core.Writer
 	m      *pgxtx.Manager
 	biz    string
@@ -32,7 +33,7 @@ type holding struct {
 }
 
 func newHolding(t *testing.T, hold pgxtx.Hold) *holding {
-	h := &holding{tg: testdb.Postgres(t), rec: &trips{}}
+	h := &holding{tg: testdb.Postgres(t), rec: &roundtrips.Recorder{}}
 	h.pool = tracedPool(t, h.rec)
 	h.biz = items(t, h.pool)
 	h.insert = "INSERT INTO " + h.biz + " (name) VALUES ($1)"
@@ -79,17 +80,14 @@ func TestWritesSentWithCommit(t *testing.T) {
 	if err := run("warm", "00000000000000000000000000"); err != nil { // prepares the statements
 		t.Fatal(err)
 	}
-	h.rec.start()
+	h.rec.Start()
 	if err := run("a", "00000000000000000000000001"); err != nil {
 		t.Fatal(err)
 	}
 	if err := run("", "00000000000000000000000002"); err != nil {
 		t.Fatal(err)
 	}
-	h.rec.mu.Lock()
-	sent := h.rec.sent
-	h.rec.on = false
-	h.rec.mu.Unlock()
+	sent := h.rec.Stop()
 	outboxInsert := `insert into "` + strings.ToLower(h.tg.Table) + `"`
 	if len(sent) != 3 || sent[0] != "begin + "+strings.ToLower(h.insert) ||
 		!strings.HasPrefix(sent[1], outboxInsert) || !strings.HasSuffix(sent[1], " + commit") ||
@@ -225,7 +223,7 @@ func TestHeldWritesKeepTheirPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	h.rec.start()
+	h.rec.Start()
 	boom := errors.New("roll back")
 	if err := h.m.Do(ctx, func(ctx context.Context, _ pgx.Tx) error {
 		if err := h.write(ctx, t, e4); err != nil {
@@ -235,7 +233,7 @@ func TestHeldWritesKeepTheirPlace(t *testing.T) {
 	}); !errors.Is(err, boom) {
 		t.Fatalf("Do: %v", err)
 	}
-	h.rec.want(t) // nothing sent: BEGIN and the write were both still held
+	h.rec.Want(t) // nothing sent: BEGIN and the write were both still held
 
 	if got := h.events(t); got != e1 {
 		t.Fatalf("events %q, want %s alone", got, e1)
@@ -255,7 +253,7 @@ func TestHoldWritesDefault(t *testing.T) {
 	runs := 0
 	run := func(m *pgxtx.Manager, envs ...core.Envelope) ([]string, error) {
 		runs++
-		h.rec.start()
+		h.rec.Start()
 		err := m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, h.insert, fmt.Sprint("x", runs)); err != nil {
 				return err
@@ -263,10 +261,7 @@ func TestHoldWritesDefault(t *testing.T) {
 			_, err := h.w.WriteAll(ctx, envs)
 			return err
 		})
-		h.rec.mu.Lock()
-		defer h.rec.mu.Unlock()
-		h.rec.on = false
-		return h.rec.sent, err
+		return h.rec.Stop(), err
 	}
 	generated := func() core.Envelope { return envelope(t, "Invoice", "i-1", "Placed", "") }
 	const chosen = "00000000000000000000000009"
@@ -322,7 +317,7 @@ func TestHeldWritesBeforeABatch(t *testing.T) {
 	h := newHolding(t, pgxtx.HoldGeneratedIDs)
 	ctx := context.Background()
 	var seen, inserted int64
-	h.rec.start()
+	h.rec.Start()
 	err := h.m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := h.w.Write(ctx, envelope(t, "Invoice", "i-1", "Placed", "")); err != nil {
 			return err
@@ -345,10 +340,7 @@ func TestHeldWritesBeforeABatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.rec.mu.Lock()
-	sent := h.rec.sent
-	h.rec.on = false
-	h.rec.mu.Unlock()
+	sent := h.rec.Stop()
 	if len(sent) == 0 || !strings.HasPrefix(sent[0], `begin + insert into "`+strings.ToLower(h.tg.Table)+`"`) ||
 		!strings.Contains(sent[0], " + select count(*)") {
 		t.Fatalf("round trips %q; want BEGIN, the event's row and the batch in one", sent)
@@ -399,7 +391,7 @@ func TestHeldWritesOfAnOrderingStore(t *testing.T) {
 				for _, at := range c.aggTypes {
 					envs = append(envs, envelope(t, at, "k-1", "Placed", ""))
 				}
-				h.rec.start()
+				h.rec.Start()
 				err := h.m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
 					if _, err := tx.Exec(ctx, h.insert, biz); err != nil {
 						return err
@@ -407,10 +399,7 @@ func TestHeldWritesOfAnOrderingStore(t *testing.T) {
 					_, err := w.WriteAll(ctx, envs)
 					return err
 				})
-				h.rec.mu.Lock()
-				defer h.rec.mu.Unlock()
-				h.rec.on = false
-				return h.rec.sent, err
+				return h.rec.Stop(), err
 			}
 			if _, err := run(c.name + " warm"); err != nil { // prepares the statements
 				t.Fatal(err)
@@ -435,7 +424,7 @@ func TestHeldWriteOfManyStatements(t *testing.T) {
 		envs[i] = envelope(t, "Invoice", fmt.Sprint("i-", i), "Placed", "")
 		want[i] = envs[i].ID()
 	}
-	h.rec.start()
+	h.rec.Start()
 	err := h.m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, h.insert, "many"); err != nil {
 			return err
@@ -443,10 +432,7 @@ func TestHeldWriteOfManyStatements(t *testing.T) {
 		_, err := h.w.WriteAll(ctx, envs)
 		return err
 	})
-	h.rec.mu.Lock()
-	sent := h.rec.sent
-	h.rec.on = false
-	h.rec.mu.Unlock()
+	sent := h.rec.Stop()
 	if err != nil {
 		t.Fatal(err)
 	}

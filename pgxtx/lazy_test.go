@@ -5,73 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxkit/outbox/internal/testsupport/roundtrips"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/pgxtx"
 )
 
-// trips records what a connection sends, one entry per round trip: a
-// statement alone, or a batch as its statements joined with " + ".
-// Statements pgx prepares before running them (the first run of a
-// statement on a connection) add a round trip it does not record; the
-// tests run every statement once before they record.
-type trips struct {
-	mu   sync.Mutex
-	sent []string
-	on   bool
-}
-
-func (r *trips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
-	r.add(d.SQL)
-	return ctx
-}
-
-func (r *trips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
-
-func (r *trips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
-	var sqls []string
-	for _, q := range d.Batch.QueuedQueries {
-		sqls = append(sqls, q.SQL)
-	}
-	r.add(strings.Join(sqls, " + "))
-	return ctx
-}
-
-func (r *trips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *trips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
-
-func (r *trips) add(sql string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.on {
-		r.sent = append(r.sent, strings.ToLower(strings.Join(strings.Fields(sql), " ")))
-	}
-}
-
-func (r *trips) start() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.on, r.sent = true, nil
-}
-
-func (r *trips) want(t *testing.T, want ...string) {
-	t.Helper()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.on = false
-	if fmt.Sprintf("%q", r.sent) != fmt.Sprintf("%q", want) {
-		t.Errorf("round trips:\n got  %q\n want %q", r.sent, want)
-	}
-}
-
 // tracedPool is a pool of one connection whose round trips rec records.
-func tracedPool(t *testing.T, rec *trips) *pgxpool.Pool {
+func tracedPool(t *testing.T, rec *roundtrips.Recorder) *pgxpool.Pool {
 	return testdb.PgxPoolWith(t, func(c *pgxpool.Config) {
 		c.MaxConns = 1
 		c.ConnConfig.Tracer = rec
@@ -82,7 +28,7 @@ func tracedPool(t *testing.T, rec *trips) *pgxpool.Pool {
 // transaction's first statement, the others and COMMIT one each, and a
 // transaction that runs nothing sends nothing.
 func TestBeginRidesWithFirstStatement(t *testing.T) {
-	var rec trips
+	var rec roundtrips.Recorder
 	pool := tracedPool(t, &rec)
 	table := items(t, pool)
 	m := newManager(t, pool, pgxtx.Config{})
@@ -102,14 +48,14 @@ func TestBeginRidesWithFirstStatement(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	rec.start()
+	rec.Start()
 	if err := run("a", "b"); err != nil {
 		t.Fatal(err)
 	}
 	lower := strings.ToLower(insert)
-	rec.want(t, "begin + "+lower, lower, "commit")
+	rec.Want(t, "begin + "+lower, lower, "commit")
 
-	rec.start()
+	rec.Start()
 	committed := false
 	err := m.Do(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		t2, _ := pgxtx.From(ctx)
@@ -119,7 +65,7 @@ func TestBeginRidesWithFirstStatement(t *testing.T) {
 	if err != nil || !committed {
 		t.Fatalf("empty transaction: %v, after-commit ran %v; want nil, true", err, committed)
 	}
-	rec.want(t)
+	rec.Want(t)
 
 	if n := count(t, pool, table); n != 3 {
 		t.Fatalf("%d rows, want 3", n)

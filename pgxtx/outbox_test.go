@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testsupport/roundtrips"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/pgxtx"
 )
@@ -314,7 +315,7 @@ func TestPositionDeliveryOnPgx(t *testing.T) {
 		}
 	})
 
-	rec := &trips{}
+	rec := &roundtrips.Recorder{}
 	traced := tracedPool(t, rec)
 	table := items(t, pool)
 	write := func(m *pgxtx.Manager, name string, n ...int) error {
@@ -334,14 +335,11 @@ func TestPositionDeliveryOnPgx(t *testing.T) {
 	if err := write(m, "warm"); err != nil { // prepares the statements
 		t.Fatal(err)
 	}
-	rec.start()
+	rec.Start()
 	if err := write(m, "traced"); err != nil {
 		t.Fatal(err)
 	}
-	rec.mu.Lock()
-	sent := rec.sent
-	rec.on = false
-	rec.mu.Unlock()
+	sent := rec.Stop()
 	if len(sent) != 2 || !strings.HasPrefix(sent[1], `insert into "`+strings.ToLower(tg.Table)+`"`) ||
 		!strings.Contains(sent[1], "returning pos") || !strings.HasSuffix(sent[1], " + commit") {
 		t.Fatalf("round trips %q; want BEGIN with the business row, then the STREAM row with COMMIT", sent)
@@ -350,14 +348,11 @@ func TestPositionDeliveryOnPgx(t *testing.T) {
 	if err := write(m, "warm-3", 3); err != nil {
 		t.Fatal(err)
 	}
-	rec.start()
+	rec.Start()
 	if err := write(m, "traced-3", 3); err != nil {
 		t.Fatal(err)
 	}
-	rec.mu.Lock()
-	sent = rec.sent
-	rec.on = false
-	rec.mu.Unlock()
+	sent = rec.Stop()
 	if len(sent) != 2 || !strings.Contains(sent[1], "returning event_id, pos + commit") {
 		t.Fatalf("round trips %q; want BEGIN with the business row, then the three STREAM rows with COMMIT", sent)
 	}

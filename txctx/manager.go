@@ -3,6 +3,7 @@ package txctx
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/txhooks"
+	"github.com/outboxkit/outbox/internal/writectx"
 	"github.com/outboxkit/outbox/outboxlog"
 )
 
@@ -36,6 +38,7 @@ type Manager struct {
 	db     core.TxBeginner
 	sqlxDB sqlxBeginner // non-nil when db is a *sqlx.DB or *sqlx.Conn
 	handle any          // identifies db for joining
+	holds  bool         // db's driver holds marked writes (see holdsWrites)
 	txOpts *sql.TxOptions
 	log    *slog.Logger
 }
@@ -53,7 +56,7 @@ func New(db core.TxBeginner, cfg Config) (*Manager, error) {
 	if isNil(db) {
 		return nil, core.Invalid("txctx handle", "is nil")
 	}
-	m := &Manager{db: db, handle: handleOf(db), log: outboxlog.Or(cfg.Logger)}
+	m := &Manager{db: db, handle: handleOf(db), holds: holdsWrites(db), log: outboxlog.Or(cfg.Logger)}
 	if cfg.TxOptions != nil {
 		opts := *cfg.TxOptions
 		m.txOpts = &opts
@@ -141,7 +144,7 @@ func (m *Manager) begin(ctx, detached context.Context) (*Tx, error) {
 	txCtx, cancel := context.WithCancel(detached)
 	detach := context.AfterFunc(ctx, cancel)
 
-	t := &Tx{handle: m.handle, cancel: cancel, hooks: txhooks.Hooks{Log: m.log, Prefix: "txctx"}}
+	t := &Tx{handle: m.handle, holds: m.holds, cancel: cancel, hooks: txhooks.Hooks{Log: m.log, Prefix: "txctx"}}
 	var err error
 	if m.sqlxDB != nil {
 		t.sqlxTx, err = m.sqlxDB.BeginTxx(txCtx, m.txOpts)
@@ -166,6 +169,18 @@ func (m *Manager) begin(ctx, detached context.Context) (*Tx, error) {
 		return nil, fmt.Errorf("begin transaction: %w", err)
 	}
 	return t, nil
+}
+
+// holdsWrites reports whether db is a pool whose driver holds the outbox
+// writes marked for it until the transaction's next statement or COMMIT
+// (store/postgres's Open: see package writectx).
+func holdsWrites(db core.TxBeginner) bool {
+	p, ok := db.(interface{ Driver() driver.Driver })
+	if !ok {
+		return false
+	}
+	_, ok = p.Driver().(writectx.Driver)
+	return ok
 }
 
 // handleOf returns what identifies db when Do decides whether to join a

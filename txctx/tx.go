@@ -9,9 +9,19 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/txhooks"
+	"github.com/outboxkit/outbox/internal/writectx"
 )
 
 var _ core.Tx = (*Tx)(nil)
+
+func init() {
+	// On a pool of store/postgres's Open, the INSERT of events whose ids
+	// the library generated goes with the next statement or COMMIT.
+	writectx.HoldsWith(func(tx any, generatedIDs bool) bool {
+		t, ok := tx.(*Tx)
+		return ok && t.holds && generatedIDs
+	})
+}
 
 // Tx is a transaction begun by Manager.Do. It runs statements like the
 // *sql.Tx it wraps and collects the callbacks to run when it ends. Like a
@@ -23,6 +33,7 @@ type Tx struct {
 	sqlTx  *sql.Tx
 	sqlxTx *sqlx.Tx
 	handle any
+	holds  bool               // its driver holds marked writes of generated ids
 	cancel context.CancelFunc // releases the context given to BeginTx
 	hooks  txhooks.Hooks
 }

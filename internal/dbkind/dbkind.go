@@ -28,9 +28,10 @@ const (
 // pointer points to, to its kind: pgx's stdlib driver, go-sql-driver/mysql
 // and modernc.org/sqlite, the drivers the stores are tested on.
 var drivers = map[string]Kind{
-	"github.com/jackc/pgx/v5/stdlib.Driver":      Postgres,
-	"github.com/go-sql-driver/mysql.MySQLDriver": MySQL,
-	"modernc.org/sqlite.Driver":                  SQLite,
+	"github.com/jackc/pgx/v5/stdlib.Driver":                 Postgres,
+	"github.com/outboxkit/outbox/store/postgres.lazyDriver": Postgres, // Open's
+	"github.com/go-sql-driver/mysql.MySQLDriver":            MySQL,
+	"modernc.org/sqlite.Driver":                             SQLite,
 }
 
 // OfDriver returns the kind of d, Unknown for a driver it does not know (a

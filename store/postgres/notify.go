@@ -7,8 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 
-	"github.com/jackc/pgx/v5/stdlib"
-
+	"github.com/jackc/pgx/v5"
 	"github.com/outboxkit/outbox/core"
 )
 
@@ -82,12 +81,12 @@ func (s *Store) Watch(ctx context.Context, db core.DBTX, wake func()) error {
 	// f always fails that way, as the session is subscribed (and, after a
 	// cancelled wait, pgx has closed it anyway).
 	rerr := conn.Raw(func(dc any) error {
-		sc, ok := dc.(*stdlib.Conn)
+		c, ok := pgxConn(dc)
 		if !ok {
-			werr = core.Invalid("postgres watch", "the pool's driver connection is a %T, not pgx's *stdlib.Conn", dc)
+			werr = core.Invalid("postgres watch", "the pool's driver connection is a %T, not pgx's", dc)
 			return driver.ErrBadConn
 		}
-		werr = s.listen(ctx, sc, wake)
+		werr = s.listen(ctx, c, wake)
 		return driver.ErrBadConn
 	})
 	if werr == nil { // f did not run: the connection was already unusable
@@ -96,8 +95,7 @@ func (s *Store) Watch(ctx context.Context, db core.DBTX, wake func()) error {
 	return werr
 }
 
-func (s *Store) listen(ctx context.Context, sc *stdlib.Conn, wake func()) error {
-	c := sc.Conn()
+func (s *Store) listen(ctx context.Context, c *pgx.Conn, wake func()) error {
 	if _, err := c.Exec(ctx, `LISTEN "`+s.channel+`"`); err != nil {
 		return fmt.Errorf("watch %s: listen: %w", s.channel, err)
 	}

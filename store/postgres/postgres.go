@@ -28,8 +28,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+	"github.com/jackc/pgx/v5/stdlib" // also registers the "pgx" database/sql driver
 
 	"github.com/outboxkit/outbox/core"
 	dsnpkg "github.com/outboxkit/outbox/internal/dsn"
@@ -198,12 +199,12 @@ func Open(dsn string) (*sql.DB, error) {
 	if err != nil {
 		return nil, core.Invalid("postgres dsn", "%v", err)
 	}
-	if _, err := pgconn.ParseConfig(conn); err != nil {
+	cfg, err := pgx.ParseConfig(conn)
+	if err != nil {
 		return nil, core.Invalid("postgres dsn", "%v", err) // pgconn hides the password
 	}
-	db, err := sql.Open("pgx", conn)
-	if err != nil {
-		return nil, fmt.Errorf("open postgres: %w", err)
-	}
-	return db, nil
+	return openDB(cfg), nil
 }
+
+// openDB opens a pool of Open's driver (see driver.go) with cfg.
+func openDB(cfg *pgx.ConnConfig) *sql.DB { return sql.OpenDB(connector{stdlib.GetConnector(*cfg)}) }

@@ -87,7 +87,9 @@ func onPgx(ctx context.Context, db core.DBTX, query string, args []any, read fun
 	if !ok {
 		return false, nil
 	}
-	if _, ok := pool.Driver().(*stdlib.Driver); !ok {
+	switch pool.Driver().(type) {
+	case lazyDriver, *stdlib.Driver:
+	default:
 		return false, nil
 	}
 	conn, err := pool.Conn(ctx)
@@ -96,11 +98,11 @@ func onPgx(ctx context.Context, db core.DBTX, query string, args []any, read fun
 	}
 	defer conn.Close()
 	err = conn.Raw(func(dc any) error {
-		sc, ok := dc.(*stdlib.Conn)
+		c, ok := pgxConn(dc)
 		if !ok {
 			return nil
 		}
-		handled, err = genericRead(ctx, sc.Conn(), query, args, read)
+		handled, err = genericRead(ctx, c, query, args, read)
 		return err
 	})
 	return handled, err

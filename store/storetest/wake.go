@@ -52,6 +52,7 @@ func watcher(t *testing.T, tg Target) (<-chan struct{}, core.InsertNotifier) {
 	select {
 	case <-wakes: // subscribed
 	case err := <-done:
+		done <- err // for the cleanup, which waits for Watch to end
 		t.Fatalf("Watch returned before it subscribed: %v", err)
 	case <-c.Done():
 		t.Fatal("no wake-up once subscribed")
