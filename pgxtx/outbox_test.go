@@ -2,6 +2,7 @@ package pgxtx_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,8 @@ import (
 	"github.com/outboxkit/outbox/internal/testsupport/roundtrips"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/pgxtx"
+	"github.com/outboxkit/outbox/store/postgres"
+	"github.com/outboxkit/outbox/txctx"
 )
 
 // queueCount counts the events queued on the hot and the cold queue.
@@ -275,7 +278,13 @@ func TestDBTXOfYourOwnTx(t *testing.T) {
 // delivers them once the COMMIT's batch has returned their positions, and
 // the reader, which may read a row first, delivers nothing again: every
 // event once, through the hot path, and the saved position past them all.
+// The same holds for txctx's Do on a pool of postgres.Open.
 func TestPositionDeliveryOnPgx(t *testing.T) {
+	t.Run("pgxtx", func(t *testing.T) { testPositionDeliveryHeld(t, false) })
+	t.Run("postgres.Open", func(t *testing.T) { testPositionDeliveryHeld(t, true) })
+}
+
+func testPositionDeliveryHeld(t *testing.T, onSQL bool) {
 	tg := testdb.Postgres(t)
 	pool := testdb.PgxPool(t)
 	var (
@@ -332,6 +341,42 @@ func TestPositionDeliveryOnPgx(t *testing.T) {
 		})
 	}
 	m := newManager(t, traced, pgxtx.Config{})
+	many := newManager(t, pool, pgxtx.Config{})
+	if onSQL {
+		// The same writes in txctx's Do, on pools of postgres.Open.
+		cfg := traced.Config().ConnConfig.Copy()
+		sqlTraced := postgres.OpenDB(*cfg)
+		sqlPool := postgres.OpenDB(*pool.Config().ConnConfig)
+		t.Cleanup(func() { _ = sqlTraced.Close(); _ = sqlPool.Close() })
+		sqlTraced.SetMaxOpenConns(1)
+		sqlWrite := func(db *sql.DB) func(*pgxtx.Manager, string, ...int) error {
+			tm, err := txctx.New(db, txctx.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return func(_ *pgxtx.Manager, name string, n ...int) error {
+				envs := []core.Envelope{envelope(t, "Invoice", name, "Placed", "")}
+				for i := range append(n, 1)[0] - 1 {
+					envs = append(envs, envelope(t, "Invoice", fmt.Sprint(name, "-", i), "Placed", ""))
+				}
+				return tm.Do(ctx, func(ctx context.Context) error {
+					tx, _ := txctx.From(ctx)
+					if _, err := tx.ExecContext(ctx, "INSERT INTO "+table+" (name) VALUES ($1)", name); err != nil {
+						return err
+					}
+					_, err := ob.Writer().WriteAll(ctx, envs)
+					return err
+				})
+			}
+		}
+		tracedWrite, poolWrite := sqlWrite(sqlTraced), sqlWrite(sqlPool)
+		write = func(m *pgxtx.Manager, name string, n ...int) error {
+			if m == many {
+				return poolWrite(m, name, n...)
+			}
+			return tracedWrite(m, name, n...)
+		}
+	}
 	if err := write(m, "warm"); err != nil { // prepares the statements
 		t.Fatal(err)
 	}
@@ -357,7 +402,6 @@ func TestPositionDeliveryOnPgx(t *testing.T) {
 		t.Fatalf("round trips %q; want BEGIN with the business row, then the three STREAM rows with COMMIT", sent)
 	}
 
-	many := newManager(t, pool, pgxtx.Config{})
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for w := range 8 {

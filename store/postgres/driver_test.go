@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxkit/outbox/core"
@@ -33,10 +34,12 @@ type opened struct {
 
 func newOpened(t *testing.T) *opened {
 	o := &opened{tg: testdb.Postgres(t), rec: &roundtrips.Recorder{}}
-	var err error
-	if o.db, err = postgres.OpenTraced(os.Getenv(testdb.PostgresEnv), o.rec); err != nil {
+	cfg, err := pgx.ParseConfig(os.Getenv(testdb.PostgresEnv))
+	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.Tracer = o.rec
+	o.db = postgres.OpenDB(*cfg)
 	t.Cleanup(func() { _ = o.db.Close() })
 	o.db.SetMaxOpenConns(1)
 	o.biz = testdb.UniqueName("items")

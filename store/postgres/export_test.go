@@ -1,10 +1,7 @@
 package postgres
 
 import (
-	"database/sql"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox/store/internal/sqlstore"
 )
@@ -47,13 +44,3 @@ var (
 // GenericRead is the position reads' run of a query with the generic plan,
 // for the read tests.
 var GenericRead = genericRead
-
-// OpenTraced is Open with tracer on every connection.
-func OpenTraced(dsn string, tracer pgx.QueryTracer) (*sql.DB, error) {
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Tracer = tracer
-	return openDB(cfg), nil
-}

@@ -1,6 +1,7 @@
 // Package postgres is the outbox store for PostgreSQL, used through
 // database/sql with the pgx driver (github.com/jackc/pgx/v5/stdlib, driver
-// name "pgx"); importing this package registers that driver.
+// name "pgx"); importing this package registers that driver. Open returns a
+// pool of it whose transactions cost fewer round trips (see Open).
 //
 // The claim is one statement and one round trip:
 //
@@ -194,6 +195,19 @@ func isRetryable(err error) bool {
 // never show the password. It does not connect; the first query (or
 // db.PingContext) does. It does not create the outbox table; call
 // Store.CreateSchema for that.
+//
+// The pool runs pgx's driver, whose statements, results and errors it
+// keeps, with transactions that send no BEGIN of their own: BeginTx sends
+// nothing, and the transaction's first statement goes to the server in one
+// round trip with its BEGIN (a first query, prepared statement or statement
+// without arguments sends the BEGIN alone first). In a transaction of
+// txctx's Do, the outbox's INSERT of events whose ids the library generated
+// goes with the transaction's next statement or its COMMIT: a business row
+// and an event cost two round trips instead of four. Such an INSERT that
+// fails fails the statement it goes with, or the COMMIT (matching
+// core.ErrDuplicateEvent for a duplicate id), and the transaction rolls
+// back. A transaction that runs nothing sends nothing. sql.Conn.Raw hands a
+// driver connection with a method Conn() *pgx.Conn, not a *stdlib.Conn.
 func Open(dsn string) (*sql.DB, error) {
 	conn, err := dsnpkg.For(dsn, dsnpkg.Postgres)
 	if err != nil {
@@ -203,8 +217,9 @@ func Open(dsn string) (*sql.DB, error) {
 	if err != nil {
 		return nil, core.Invalid("postgres dsn", "%v", err) // pgconn hides the password
 	}
-	return openDB(cfg), nil
+	return OpenDB(*cfg), nil
 }
 
-// openDB opens a pool of Open's driver (see driver.go) with cfg.
-func openDB(cfg *pgx.ConnConfig) *sql.DB { return sql.OpenDB(connector{stdlib.GetConnector(*cfg)}) }
+// OpenDB is Open with a pgx configuration (pgx.ParseConfig's, with a
+// tracer, TLS settings or a dialer of your own), on which it cannot fail.
+func OpenDB(cfg pgx.ConnConfig) *sql.DB { return sql.OpenDB(connector{stdlib.GetConnector(cfg)}) }
