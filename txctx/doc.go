@@ -16,6 +16,13 @@
 //		return err
 //	})
 //
+// On a pool of store/postgres's Open (or OpenDB), the transaction sends its
+// BEGIN with its first statement, and Write's INSERT of events whose ids the
+// library generated goes with the transaction's next statement or its
+// COMMIT: Write returns before the row is written, and an INSERT that fails
+// fails that statement or Do's COMMIT (see postgres.Open). The transaction
+// above costs two round trips instead of four.
+//
 // # Callbacks
 //
 // Tx.AfterCommit and Tx.AfterRollback register functions that run once the

@@ -175,12 +175,19 @@ func (m *Manager) begin(ctx, detached context.Context) (*Tx, error) {
 // writes marked for it until the transaction's next statement or COMMIT
 // (store/postgres's Open: see package writectx).
 func holdsWrites(db core.TxBeginner) bool {
-	p, ok := db.(interface{ Driver() driver.Driver })
-	if !ok {
-		return false
+	switch h := db.(type) {
+	case interface{ Driver() driver.Driver }: // *sql.DB, *sqlx.DB
+		_, ok := h.Driver().(writectx.Driver)
+		return ok
+	case interface{ Raw(func(any) error) error }: // *sql.Conn, *sqlx.Conn
+		var ok bool
+		_ = h.Raw(func(dc any) error {
+			_, ok = dc.(writectx.Driver)
+			return nil
+		})
+		return ok
 	}
-	_, ok = p.Driver().(writectx.Driver)
-	return ok
+	return false
 }
 
 // handleOf returns what identifies db when Do decides whether to join a

@@ -66,9 +66,9 @@ func Holds(tx any, generatedIDs bool) bool {
 	return false
 }
 
-// Driver is implemented by a database/sql driver whose connections'
-// transactions hold the writes marked for them, if the write's
-// transaction says they may (see Holds).
+// Driver is implemented by a database/sql driver, and by its driver
+// connections, whose transactions hold the writes marked for them (when
+// the write's transaction says they may: see Holds).
 type Driver interface {
 	HoldsWrites()
 }

@@ -49,7 +49,10 @@ func (lazyDriver) Open(dsn string) (driver.Conn, error) {
 // connections hold the outbox writes marked for them.
 func (lazyDriver) HoldsWrites() {}
 
-var _ writectx.Driver = lazyDriver{}
+var (
+	_ writectx.Driver = lazyDriver{}
+	_ writectx.Driver = (*conn)(nil)
+)
 
 // connector connects through pgx's connector.
 type connector struct{ base driver.Connector }
@@ -90,6 +93,10 @@ var (
 	_ driver.NamedValueChecker  = (*conn)(nil)
 	_ driver.Pinger             = (*conn)(nil)
 )
+
+// HoldsWrites tells package txctx, on a *sql.Conn, that this connection's
+// transactions hold the outbox writes marked for them.
+func (c *conn) HoldsWrites() {}
 
 // Conn returns pgx's connection, for code that has the driver connection
 // from sql.Conn.Raw.

@@ -175,8 +175,32 @@ func TestOpenBeginsWithFirstStatement(t *testing.T) {
 	if !errors.Is(writeErr, core.ErrDuplicateEvent) || !errors.Is(err, core.ErrDuplicateEvent) {
 		t.Errorf("a duplicate id the caller chose: Write %v, Do %v; want core.ErrDuplicateEvent from Write", writeErr, err)
 	}
-	if n := o.count(t, o.tg.Table, ""); n != 7 {
-		t.Errorf("%d events, want 7", n)
+
+	// A Manager on a *sql.Conn of the pool holds writes too.
+	c, err := o.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cm, err := txctx.New(c, txctx.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.rec.Start()
+	if err := cm.Do(ctx, func(ctx context.Context) error {
+		tx, _ := txctx.From(ctx)
+		if _, err := tx.ExecContext(ctx, bizInsert, "on a conn"); err != nil {
+			return err
+		}
+		_, err := o.w.Write(ctx, event(t, ""))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sent = o.rec.Stop()
+	check("on a *sql.Conn", sent, nil, "begin + "+bizInsert, "OUTBOX…+ commit")
+	if n := o.count(t, o.tg.Table, ""); n != 8 {
+		t.Errorf("%d events, want 8", n)
 	}
 }
 
