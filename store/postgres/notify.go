@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/outboxkit/outbox/core"
 )
 
