@@ -83,7 +83,7 @@ func (t dbtx) ExecContext(ctx context.Context, query string, args ...any) (sql.R
 		return nil, err
 	}
 	if held {
-		return heldResult{}, nil
+		return pgxlazy.HeldResult{}, nil
 	}
 	return result(tag), nil
 }
@@ -116,12 +116,3 @@ func (r result) RowsAffected() (int64, error) { return pgconn.CommandTag(r).Rows
 func (result) LastInsertId() (int64, error) {
 	return 0, errors.New("pgxtx: LastInsertId is not supported by PostgreSQL; use RETURNING")
 }
-
-// heldResult is the result of a write held until the transaction's next
-// statement or COMMIT: what it did is not known yet.
-type heldResult struct{}
-
-var errHeld = errors.New("pgxtx: the write is held until the transaction's next statement or COMMIT (Config.HoldWrites): its result is not known yet")
-
-func (heldResult) RowsAffected() (int64, error) { return 0, errHeld }
-func (heldResult) LastInsertId() (int64, error) { return 0, errHeld }

@@ -115,6 +115,15 @@ func ExecMarked(ctx context.Context, tx pgx.Tx, sql string, args []any) (tag pgc
 	return tag, false, err
 }
 
+// HeldResult is the database/sql result of a write ExecMarked held: what
+// it did is not known until the transaction's next statement or COMMIT.
+type HeldResult struct{}
+
+var errHeld = errors.New("the outbox write is sent with the transaction's next statement or COMMIT: its result is not known yet")
+
+func (HeldResult) RowsAffected() (int64, error) { return 0, errHeld }
+func (HeldResult) LastInsertId() (int64, error) { return 0, errHeld }
+
 // Ready begins the transaction, if it has not begun, and sends the held
 // writes: for a statement that goes to the connection without passing
 // here. It returns the error of the BEGIN or of a held write.

@@ -146,7 +146,7 @@ func (c *conn) ExecContext(ctx context.Context, query string, named []driver.Nam
 	case err != nil:
 		return nil, badConn(err)
 	case held:
-		return heldResult{}, nil
+		return pgxlazy.HeldResult{}, nil
 	}
 	return driver.RowsAffected(tag.RowsAffected()), nil
 }
@@ -174,7 +174,7 @@ func (c *conn) Prepare(query string) (driver.Stmt, error) {
 }
 
 // PrepareContext prepares a statement on the connection (outside any
-// transaction: a prepared statement is the session's), whose executions
+// transaction: a prepared statement belongs to the connection), whose executions
 // in a transaction come after its BEGIN.
 func (c *conn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
 	ds, err := c.sc.PrepareContext(ctx, query)
@@ -254,15 +254,6 @@ func (t connTx) Rollback() error {
 	}
 	return nil
 }
-
-// heldResult is the result of an outbox write held until the
-// transaction's next statement or COMMIT: what it did is not known yet.
-type heldResult struct{}
-
-var errHeld = errors.New("postgres: the outbox write is sent with the transaction's next statement or COMMIT: its result is not known yet")
-
-func (heldResult) RowsAffected() (int64, error) { return 0, errHeld }
-func (heldResult) LastInsertId() (int64, error) { return 0, errHeld }
 
 // pgxConn returns the pgx connection under a driver connection of pgx's
 // driver or of Open's.
