@@ -61,9 +61,14 @@ import (
 )
 
 var (
-	flagBroker  = flag.String("broker", "jetstream,rabbitmq", "brokers to measure, comma-separated")
-	flagDB      = flag.String("db", "sqlite", "outbox database: sqlite or postgres (OUTBOX_POSTGRES_DSN)")
-	flagN       = flag.Int("n", 20000, "events in the backlog and messages in the raw loop")
+	flagBroker = flag.String("broker", "jetstream,rabbitmq", "brokers to measure, comma-separated")
+	flagDB     = flag.String("db", "sqlite", "outbox database: sqlite or postgres (OUTBOX_POSTGRES_DSN)")
+	// A drain starts an outbox on a new pool: its first connections, the
+	// first statements of their backends and the workers' first stacks
+	// cost the same whatever the backlog, about a fifth of the CPU of a
+	// 20,000-event drain (docs/benchmarks.md#short-drains), and a
+	// small share of a 100,000-event one.
+	flagN       = flag.Int("n", 100000, "events in the backlog and messages in the raw loop")
 	flagLive    = flag.Int("live", 2000, "events written live for the latency figures")
 	flagWorkers = flag.Int("workers", 128, "dispatcher workers (publishes in flight)")
 	flagWindow  = flag.Int("window", 4096, "the raw loop's publishes awaiting their ack")
@@ -71,6 +76,7 @@ var (
 	flagBatch   = flag.Int("poll-batch", 500, "poller batch size")
 	flagProfile = flag.String("cpuprofile", "", "write a CPU profile of the outbox drains to this file, and of the no-op drains to this file with .noop appended "+
 		"(position delivery's: .position and .position.noop)")
+	flagMemProf  = flag.String("memprofile", "", "write the process's allocation profile to this file at the end (with -delivery position, focus on dispatch and position to see a drain's)")
 	flagRawBare  = flag.Bool("raw-bare", false, "raw loop: publish bare messages (payload and dedupe id only) instead of the publisher's own messages")
 	flagNATSPID  = flag.Int("nats-pid", 0, "pid of the nats-server whose CPU time to report; 0 finds the only process named nats-server, -1 reports none")
 	flagAMQPPID  = flag.Int("rabbitmq-pid", 0, "pid of the RabbitMQ server (beam.smp) whose CPU time to report; 0 finds the only one, -1 reports none")
@@ -189,6 +195,12 @@ func main() {
 		fmt.Println(n)
 	}
 	fmt.Printf("load average at the end: %s\n", procstat.LoadAvg())
+	if *flagMemProf != "" {
+		if err := writeHeapProfile(*flagMemProf); err != nil {
+			log.Printf("memprofile: %v", err)
+			failed = true
+		}
+	}
 	if failed {
 		os.Exit(1)
 	}
@@ -749,4 +761,18 @@ func openOutbox(ctx context.Context) (*sql.DB, testdb.Store, func(), error) {
 		prev()
 	}
 	return db, st, cleanup, nil
+}
+
+// writeHeapProfile writes the allocation profile (allocations since the
+// start, by where they were made) to name.
+func writeHeapProfile(name string) error {
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
