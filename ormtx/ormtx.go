@@ -11,7 +11,7 @@
 //		if err != nil {
 //			return ormtx.Begun{}, err
 //		}
-//		return ormtx.Begun{End: tx, Exec: tx, ORM: tx, Key: db}, nil
+//		return ormtx.Begun{End: tx, Exec: tx, ORM: tx, Key: db, Pool: db}, nil
 //	}, func(ctx context.Context, t *ormtx.Tx) error {
 //		// the user's function: ob.Write(ctx, ...) joins t
 //		return fn(ctx)
@@ -37,6 +37,7 @@ import (
 
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/txhooks"
+	"github.com/outboxkit/outbox/internal/writectx"
 	"github.com/outboxkit/outbox/outboxlog"
 )
 
@@ -60,6 +61,13 @@ type Begun struct {
 	// registered on an ended transaction (warning). Nil:
 	// outboxlog.Default().
 	Logger *slog.Logger
+	// Pool is the database/sql handle the transaction was begun on (a
+	// *sql.DB or *sql.Conn), when known. On a pool of store/postgres's
+	// Open, the INSERT of events whose ids the library generated is then
+	// sent with the transaction's next statement or its COMMIT, one round
+	// trip fewer, as in a transaction of package txctx on such a pool.
+	// Nil, or another driver's pool: every write is sent when made.
+	Pool any
 }
 
 var _ core.Tx = (*Tx)(nil)
@@ -71,8 +79,18 @@ type Tx struct {
 	exec  core.DBTX
 	orm   any
 	key   any
+	holds bool // its driver holds marked writes of generated ids (Begun.Pool)
 	log   *slog.Logger
 	hooks txhooks.Hooks
+}
+
+func init() {
+	// On a pool of store/postgres's Open, the INSERT of events whose ids
+	// the library generated goes with the next statement or COMMIT.
+	writectx.HoldsWith(func(tx any, generatedIDs bool) bool {
+		t, ok := tx.(*Tx)
+		return ok && t.holds && generatedIDs
+	})
 }
 
 // From returns the transaction ctx carries if Do began it.
@@ -153,8 +171,7 @@ func Do(ctx context.Context, key any, begin func(ctx context.Context) (Begun, er
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", err)
 	}
-	log := outboxlog.Or(b.Logger)
-	t := &Tx{exec: b.Exec, orm: b.ORM, key: b.Key, log: log, hooks: txhooks.Hooks{Log: log, Prefix: "outbox"}}
+	t := NewTxFrom(b)
 
 	cbCtx := context.WithoutCancel(ctx)
 	returned := false
@@ -191,8 +208,15 @@ func Do(ctx context.Context, key any, begin func(ctx context.Context) (Begun, er
 // rollback) instead of through Do: it calls Finish once the transaction has
 // ended. logger is Begun.Logger's.
 func NewTx(exec core.DBTX, orm any, logger *slog.Logger) *Tx {
-	log := outboxlog.Or(logger)
-	return &Tx{exec: exec, orm: orm, log: log, hooks: txhooks.Hooks{Log: log, Prefix: "outbox"}}
+	return NewTxFrom(Begun{Exec: exec, ORM: orm, Logger: logger})
+}
+
+// NewTxFrom returns the transaction Do makes of b, for an integration that
+// ends transactions itself, as NewTx: b.End is not used, and the
+// integration calls Finish once the transaction has ended.
+func NewTxFrom(b Begun) *Tx {
+	log := outboxlog.Or(b.Logger)
+	return &Tx{exec: b.Exec, orm: b.ORM, key: b.Key, holds: writectx.OnDriver(b.Pool), log: log, hooks: txhooks.Hooks{Log: log, Prefix: "outbox"}}
 }
 
 // Finish marks the transaction ended and runs the callbacks of its outcome

@@ -3,7 +3,6 @@ package txctx
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,7 +37,7 @@ type Manager struct {
 	db     core.TxBeginner
 	sqlxDB sqlxBeginner // non-nil when db is a *sqlx.DB or *sqlx.Conn
 	handle any          // identifies db for joining
-	holds  bool         // db's driver holds marked writes (see holdsWrites)
+	holds  bool         // db's driver holds marked writes (writectx.OnDriver)
 	txOpts *sql.TxOptions
 	log    *slog.Logger
 }
@@ -56,7 +55,7 @@ func New(db core.TxBeginner, cfg Config) (*Manager, error) {
 	if isNil(db) {
 		return nil, core.Invalid("txctx handle", "is nil")
 	}
-	m := &Manager{db: db, handle: handleOf(db), holds: holdsWrites(db), log: outboxlog.Or(cfg.Logger)}
+	m := &Manager{db: db, handle: handleOf(db), holds: writectx.OnDriver(db), log: outboxlog.Or(cfg.Logger)}
 	if cfg.TxOptions != nil {
 		opts := *cfg.TxOptions
 		m.txOpts = &opts
@@ -169,25 +168,6 @@ func (m *Manager) begin(ctx, detached context.Context) (*Tx, error) {
 		return nil, fmt.Errorf("begin transaction: %w", err)
 	}
 	return t, nil
-}
-
-// holdsWrites reports whether db is a pool whose driver holds the outbox
-// writes marked for it until the transaction's next statement or COMMIT
-// (store/postgres's Open: see package writectx).
-func holdsWrites(db core.TxBeginner) bool {
-	switch h := db.(type) {
-	case interface{ Driver() driver.Driver }: // *sql.DB, *sqlx.DB
-		_, ok := h.Driver().(writectx.Driver)
-		return ok
-	case interface{ Raw(func(any) error) error }: // *sql.Conn, *sqlx.Conn
-		var ok bool
-		_ = h.Raw(func(dc any) error {
-			_, ok = dc.(writectx.Driver)
-			return nil
-		})
-		return ok
-	}
-	return false
 }
 
 // handleOf returns what identifies db when Do decides whether to join a

@@ -104,7 +104,7 @@ func (m *Manager) begin(ctx context.Context) (ormtx.Begun, error) {
 	}
 	// The outbox's statements go to the *sql.Tx under Bun's, as written;
 	// Bun's Commit and Rollback end it, so that its query hooks see them.
-	return ormtx.Begun{End: tx, Exec: tx.Tx, ORM: tx, Key: m.db, Logger: m.log}, nil
+	return ormtx.Begun{End: tx, Exec: tx.Tx, ORM: tx, Key: m.db, Logger: m.log, Pool: m.db.DB}, nil
 }
 
 // From returns the Bun transaction ctx carries if a Manager's Do began it.

@@ -133,7 +133,7 @@ func Do[T Committer](ctx context.Context, begin func(ctx context.Context) (T, er
 				"does not run on an outboxent.Driver, so the outbox cannot write in its transactions: "+
 					"build it with ent.NewClient(ent.Driver(drv)), drv from outboxent.NewDriver")
 		}
-		return ormtx.Begun{End: tx, Exec: sqlTx, ORM: tx, Logger: s.drv.log}, nil
+		return ormtx.Begun{End: tx, Exec: sqlTx, ORM: tx, Logger: s.drv.log, Pool: s.drv.Driver.ExecQuerier}, nil
 	}, func(ctx context.Context, t *ormtx.Tx) error {
 		return fn(ctx, t.ORM().(T))
 	})

@@ -160,9 +160,15 @@ func DBTX(tx *gorm.DB) (core.DBTX, error) {
 	if tx == nil || tx.Statement == nil || !isTx(tx) {
 		return nil, fmt.Errorf("%w: the *gorm.DB is not in a transaction (use the tx of db.Transaction or db.Begin)", core.ErrNoTransaction)
 	}
-	if p, ok := tx.Statement.ConnPool.(*gorm.PreparedStmtTX); ok {
+	pool := tx.Statement.ConnPool
+	if p, ok := pool.(*gorm.PreparedStmtTX); ok {
 		// The transaction under GORM's statement cache: a core.Tx on a Pool.
-		return p.Tx, nil
+		pool = p.Tx
 	}
-	return tx.Statement.ConnPool, nil
+	if p, ok := pool.(*poolTx); ok {
+		// Its ormtx.Tx: the same *sql.Tx and callbacks, and on a pool of
+		// store/postgres's Open the Writer's INSERT goes with COMMIT.
+		return p.cb, nil
+	}
+	return pool, nil
 }

@@ -56,7 +56,7 @@ func (p *pool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnPool,
 	if err != nil {
 		return nil, err
 	}
-	return &poolTx{Tx: tx, cb: ormtx.NewTx(tx, nil, p.log), ctx: context.WithoutCancel(ctx)}, nil
+	return &poolTx{Tx: tx, cb: ormtx.NewTxFrom(ormtx.Begun{Exec: tx, Logger: p.log, Pool: p.DB}), ctx: context.WithoutCancel(ctx)}, nil
 }
 
 // GetDBConn returns the *sql.DB, for gorm.DB.DB.

@@ -1,10 +1,10 @@
 // Package writectx marks the context of the statement with which a
 // core.Writer inserts events that need nothing back from the INSERT, so
 // that a transaction able to send a statement later, with the next one
-// (pgxtx, see its Config.HoldWrites, and txctx on a pool of store/postgres's
-// Open), knows which statements it may hold back. Nothing else may be
-// held: a statement whose result its caller reads must run when it is
-// called.
+// (pgxtx, see its Config.HoldWrites, and txctx and ormtx on a pool of
+// store/postgres's Open), knows which statements it may hold back. Nothing
+// else may be held: a statement whose result its caller reads must run
+// when it is called.
 //
 // The Writer marks a write only when its transaction says, through Holds,
 // that it may hold it, so that no other write pays for the mark. Whether
@@ -13,7 +13,11 @@
 // holding it moves no error a caller may want from Write.
 package writectx
 
-import "context"
+import (
+	"context"
+	"database/sql/driver"
+	"reflect"
+)
 
 type key struct{}
 
@@ -48,8 +52,8 @@ func RowsOf(ctx context.Context) Rows {
 }
 
 // holds are the predicates of the packages whose transactions may hold
-// writes (pgxtx, and txctx on a pool of store/postgres's Open), each set
-// by its package's init (before any write).
+// writes (pgxtx, and txctx and ormtx on a pool of store/postgres's Open),
+// each set by its package's init (before any write).
 var holds []func(tx any, generatedIDs bool) bool
 
 // HoldsWith adds a predicate that Holds asks; called from init functions.
@@ -71,4 +75,27 @@ func Holds(tx any, generatedIDs bool) bool {
 // the write's transaction says they may: see Holds).
 type Driver interface {
 	HoldsWrites()
+}
+
+// OnDriver reports whether db is a database/sql handle whose driver holds
+// marked writes: a pool (*sql.DB, *sqlx.DB: anything with Driver) or a
+// connection (*sql.Conn, *sqlx.Conn: anything with Raw) of store/postgres's
+// Open. Any other value, nil included, does not.
+func OnDriver(db any) bool {
+	if v := reflect.ValueOf(db); !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() {
+		return false
+	}
+	switch h := db.(type) {
+	case interface{ Driver() driver.Driver }:
+		_, ok := h.Driver().(Driver)
+		return ok
+	case interface{ Raw(func(any) error) error }:
+		var ok bool
+		_ = h.Raw(func(dc any) error {
+			_, ok = dc.(Driver)
+			return nil
+		})
+		return ok
+	}
+	return false
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/outboxkit/outbox/core"
 	"github.com/outboxkit/outbox/internal/testsupport/roundtrips"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
+	"github.com/outboxkit/outbox/internal/writectx"
 	"github.com/outboxkit/outbox/store/postgres"
 	"github.com/outboxkit/outbox/txctx"
 )
@@ -299,5 +300,38 @@ func TestOpenTransactionsAreTransactions(t *testing.T) {
 	if _, err := o.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelLinearizable}); err == nil ||
 		!strings.Contains(err.Error(), "Linearizable") {
 		t.Errorf("BeginTx with LevelLinearizable: %v; want an error naming it", err)
+	}
+}
+
+// TestOnDriver: writectx.OnDriver, which txctx and ormtx ask whether their
+// transactions may hold writes, says yes for Open's pool and its
+// connections, and no for pgx's own driver, a nil pool and nil.
+func TestOnDriver(t *testing.T) {
+	o := newOpened(t)
+	ctx := context.Background()
+	c, err := o.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pgxDB, err := sql.Open("pgx", os.Getenv(testdb.PostgresEnv))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pgxDB.Close()
+	for _, tc := range []struct {
+		name string
+		db   any
+		want bool
+	}{
+		{"Open's pool", o.db, true},
+		{"a connection of Open's pool", c, true},
+		{"pgx's driver", pgxDB, false},
+		{"a nil *sql.DB", (*sql.DB)(nil), false},
+		{"nil", nil, false},
+	} {
+		if got := writectx.OnDriver(tc.db); got != tc.want {
+			t.Errorf("OnDriver(%s) = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

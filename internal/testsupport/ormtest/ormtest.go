@@ -3,7 +3,9 @@
 // (a fresh SQLite file, PostgreSQL schema or MySQL database, dropped after),
 // an event written in the ORM's transaction is delivered through the hot path
 // only after COMMIT, a rollback writes nothing and delivers nothing, and so
-// does a COMMIT that the database refuses.
+// does a COMMIT that the database refuses; on PostgreSQL (a pool of
+// store/postgres's Open), the INSERT of an event whose id the library
+// generated is sent with the COMMIT.
 //
 // Environment: OUTBOX_POSTGRES_DSN, OUTBOX_MYSQL_DSN and OUTBOX_REQUIRE_DBS,
 // as for package testdb.
@@ -17,14 +19,17 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxkit/outbox"
 	"github.com/outboxkit/outbox/core"
+	"github.com/outboxkit/outbox/internal/testsupport/roundtrips"
 	"github.com/outboxkit/outbox/internal/testsupport/testdb"
 	"github.com/outboxkit/outbox/poller"
 	"github.com/outboxkit/outbox/store"
@@ -40,6 +45,9 @@ type DB struct {
 	SQL     *sql.DB // pool on the database, closed when the test ends
 	// Store manages an outbox table in the database, already created.
 	Store store.SchemaManager
+	// Trips records the round trips of SQL's connections (PostgreSQL
+	// only: SQL is a pool of store/postgres's Open, with pgx's tracer).
+	Trips *roundtrips.Recorder
 }
 
 // Adapter is an ORM integration set up on a DB. The business table is
@@ -77,6 +85,9 @@ func Run(t *testing.T, setup func(t *testing.T, db DB) Adapter) {
 			t.Run("HotPathAfterCommit", func(t *testing.T) { hotPath(t, Open(t, dialect), setup) })
 			t.Run("RollbackWritesNothing", func(t *testing.T) { rollback(t, Open(t, dialect), setup) })
 			t.Run("FailedCommitWritesNothing", func(t *testing.T) { failedCommit(t, Open(t, dialect), setup) })
+			if dialect == "postgres" {
+				t.Run("WriteGoesWithCommit", func(t *testing.T) { withCommit(t, Open(t, dialect), setup) })
+			}
 		})
 	}
 }
@@ -192,6 +203,56 @@ func hotPath(t *testing.T, db DB, setup func(*testing.T, DB) Adapter) {
 	}
 	if n := CountEvents(t, db); n != 1 {
 		t.Fatalf("outbox rows = %d, want 1", n)
+	}
+}
+
+// withCommit checks that, on a pool of store/postgres's Open, the INSERT
+// of an event whose id the library generated is sent with the COMMIT of
+// the ORM's transaction (one round trip fewer), and that both rows are
+// committed.
+func withCommit(t *testing.T, db DB, setup func(*testing.T, DB) Adapter) {
+	a := setup(t, db)
+	// One connection: the statements pgx prepares on their first run (a
+	// round trip the recorder does not see) are prepared by the first Do.
+	db.SQL.SetMaxOpenConns(1)
+	w, err := core.NewWriter(core.WriterConfig{Store: db.Store, NoNotify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	run := func(id string) error {
+		return a.Do(ctx, func(ctx context.Context, insert func(string) error) error {
+			if err := insert(id); err != nil {
+				return err
+			}
+			_, err := w.Write(ctx, Envelope(t, id))
+			return err
+		})
+	}
+	if err := run("o-4"); err != nil {
+		t.Fatal(err)
+	}
+	db.Trips.Start()
+	err = run("o-5")
+	sent := db.Trips.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	insert := `insert into "` + strings.ToLower(db.Store.Table()) + `"`
+	for i, s := range sent {
+		last := i == len(sent)-1
+		if held := strings.HasPrefix(s, insert) && strings.HasSuffix(s, " + commit"); held != last || !last && strings.Contains(s, insert) {
+			t.Fatalf("round trips %q: want the outbox INSERT sent with COMMIT, in the last one", sent)
+		}
+	}
+	if len(sent) == 0 {
+		t.Fatal("no round trip recorded")
+	}
+	if n := CountEvents(t, db); n != 2 {
+		t.Errorf("outbox rows = %d, want 2", n)
+	}
+	if n, err := CountWhere(ctx, db, "o-5"); err != nil || n != 1 {
+		t.Errorf("order o-5: %d rows (%v), want 1", n, err)
 	}
 }
 
@@ -407,10 +468,13 @@ func openPostgres(t testing.TB) DB {
 	q := u.Query()
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
-	sqlDB, err := postgres.Open(u.String())
+	cfg, err := pgx.ParseConfig(u.String())
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("ormtest: %s: %v", testdb.PostgresEnv, err)
 	}
+	trips := &roundtrips.Recorder{}
+	cfg.Tracer = trips
+	sqlDB := postgres.OpenDB(*cfg)
 	sqlDB.SetMaxOpenConns(4)
 	t.Cleanup(func() {
 		_ = sqlDB.Close()
@@ -423,7 +487,7 @@ func openPostgres(t testing.TB) DB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return DB{Dialect: "postgres", SQL: sqlDB, Store: st}
+	return DB{Dialect: "postgres", SQL: sqlDB, Store: st, Trips: trips}
 }
 
 func openMySQL(t testing.TB) DB {
