@@ -221,7 +221,7 @@ bench-broker: ## Benchmark "outbox to broker": backlog drain into JetStream and 
 	$(GO) run ./bench/brokerbench $(BROKERBENCHFLAGS)
 
 .PHONY: bench-compare
-bench-compare: ## Compare with River and watermill-sql (and a hand-written SQL outbox) on the local PostgreSQL and MariaDB, W1 and W2 (COMPAREFLAGS=-h lists the flags; the issue's sizes: COMPAREFLAGS='-w1-events 20000 -w2-events 100000')
+bench-compare: ## Compare with River and watermill-sql (and a hand-written SQL outbox) on the local PostgreSQL and MariaDB, W1 and W2 (COMPAREFLAGS=-h lists the flags; the documented comparison: COMPAREFLAGS='-w1-events 20000 -w2-events 100000 -rounds 3')
 	OUTBOX_POSTGRES_DSN=$${OUTBOX_POSTGRES_DSN-postgres://postgres@127.0.0.1:5432/test?sslmode=disable} \
 	OUTBOX_MYSQL_DSN=$${OUTBOX_MYSQL_DSN-root@tcp(127.0.0.1:3306)/test?parseTime=true&loc=UTC} \
 	$(GO) run ./bench/compare $(COMPAREFLAGS)
