@@ -288,7 +288,7 @@ func run(c *config) error {
 	}
 	if c.memProfile != "" {
 		defer func() {
-			if err := writeHeapProfile(c.memProfile); err != nil {
+			if err := procstat.WriteAllocs(c.memProfile); err != nil {
 				fmt.Fprintf(os.Stderr, "bench: -memprofile: %v\n", err)
 			}
 		}()
@@ -412,17 +412,4 @@ func run(c *config) error {
 		}
 	}
 	return nil
-}
-
-// writeHeapProfile writes the allocations made since the start to path.
-func writeHeapProfile(path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
 }

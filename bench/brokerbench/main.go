@@ -196,7 +196,7 @@ func main() {
 	}
 	fmt.Printf("load average at the end: %s\n", procstat.LoadAvg())
 	if *flagMemProf != "" {
-		if err := writeHeapProfile(*flagMemProf); err != nil {
+		if err := procstat.WriteAllocs(*flagMemProf); err != nil {
 			log.Printf("memprofile: %v", err)
 			failed = true
 		}
@@ -761,18 +761,4 @@ func openOutbox(ctx context.Context) (*sql.DB, testdb.Store, func(), error) {
 		prev()
 	}
 	return db, st, cleanup, nil
-}
-
-// writeHeapProfile writes the allocation profile (allocations since the
-// start, by where they were made) to name.
-func writeHeapProfile(name string) error {
-	f, err := os.Create(name)
-	if err != nil {
-		return err
-	}
-	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
 }

@@ -1,6 +1,7 @@
 // Package procstat reads the CPU time of processes and the load average
 // from Linux's /proc, for the benchmarks: how much CPU an event cost the
-// bench process and the database or broker server beside it.
+// bench process and the database or broker server beside it, and where
+// the bench process allocated (WriteAllocs).
 //
 // On a system without /proc every reading fails or comes out empty; the
 // benchmarks then print "?" where a figure would be.
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -142,4 +144,18 @@ func LoadAvg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// WriteAllocs writes this process's allocation profile (the allocations
+// made since it started, by where they were made) to path.
+func WriteAllocs(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }
