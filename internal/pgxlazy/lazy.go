@@ -268,6 +268,14 @@ func pipelines(args []any) bool {
 
 const withStatement = "this statement"
 
+// sendOne sends sql behind what the transaction has not sent yet (its
+// BEGIN, its held writes), in one round trip.
+func (t *Tx) sendOne(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
+	b, held := t.batch()
+	b.Queue(sql, args...)
+	return t.send(ctx, b, held, withStatement)
+}
+
 func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if t.direct(args) {
 		tx, err := t.ready(ctx, withStatement)
@@ -277,9 +285,7 @@ func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandT
 		tag, err := tx.Exec(ctx, sql, args...)
 		return tag, t.beginErr(err)
 	}
-	b, held := t.batch()
-	b.Queue(sql, args...)
-	br, err := t.send(ctx, b, held, withStatement)
+	br, err := t.sendOne(ctx, sql, args)
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
@@ -299,9 +305,7 @@ func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, erro
 		rows, err := tx.Query(ctx, sql, args...)
 		return rows, t.beginErr(err)
 	}
-	b, held := t.batch()
-	b.Queue(sql, args...)
-	br, err := t.send(ctx, b, held, withStatement)
+	br, err := t.sendOne(ctx, sql, args)
 	if err != nil {
 		return failed(err).Query()
 	}
@@ -321,9 +325,7 @@ func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 		}
 		return tx.QueryRow(ctx, sql, args...)
 	}
-	b, held := t.batch()
-	b.Queue(sql, args...)
-	br, err := t.send(ctx, b, held, withStatement)
+	br, err := t.sendOne(ctx, sql, args)
 	if err != nil {
 		return failed(err).QueryRow()
 	}
